@@ -1,0 +1,80 @@
+#pragma once
+// Keeps a model's KV cache in step with a token sequence. The decoder knows
+// which token ids it has fed; "rollback" is a truncate() to the longest common
+// prefix with the sequence we want, then feeding what is missing. This one
+// mechanism covers prompt prefill, rejected drafts, and the draft catching up
+// on the last accepted draft token plus the corrected/bonus token.
+#include <algorithm>
+#include <cstddef>
+#include <span>
+#include <sstream>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "specdec/core/concepts.hpp"
+#include "specdec/core/error.hpp"
+
+namespace specdec::detail {
+
+template <CausalLM Model>
+class KvSync {
+public:
+    explicit KvSync(Model& model) : model_(&model) {}
+
+    Model& model() { return *model_; }
+    [[nodiscard]] const std::vector<Token>& cached() const { return cached_; }
+
+    void reset() {
+        model_->truncate(0);
+        cached_.clear();
+    }
+
+    // Rolls the cache back to its first n tokens.
+    void truncate(std::size_t n) {
+        if (n < cached_.size()) {
+            model_->truncate(n);
+            cached_.resize(n);
+        }
+    }
+
+    // Tokens of `sequence` that are not in the cache, after rolling the cache
+    // back to the longest common prefix; at most `keep_unfed` trailing tokens
+    // are left out of the cache so that the caller can feed them.
+    std::span<const Token> uncached_suffix(std::span<const Token> sequence, std::size_t keep_unfed = 1) {
+        if (model_->cached_tokens() != cached_.size()) reset();  // someone else used the model
+        const std::size_t limit = sequence.size() >= keep_unfed ? sequence.size() - keep_unfed : 0;
+        std::size_t common = 0;
+        const std::size_t bound = std::min(limit, cached_.size());
+        while (common < bound && cached_[common] == sequence[common]) ++common;
+        truncate(common);
+        return sequence.subspan(common);
+    }
+
+    // Appends tokens to the cache in one batched forward pass.
+    LogitsView forward(std::span<const Token> tokens) {
+        LogitsView logits = model_->forward(tokens);
+        cached_.insert(cached_.end(), tokens.begin(), tokens.end());
+        if (logits.rows != tokens.size()) {
+            std::ostringstream message;
+            message << "model forward returned " << logits.rows << " logits rows for " << tokens.size()
+                    << " tokens: expected one row per token";
+            throw Error(message.str());
+        }
+        return logits;
+    }
+
+    // The device-verification path of targets that provide forward_and_verify().
+    template <class... Args>
+    auto forward_and_verify(std::span<const Token> tokens, Args&&... args) {
+        auto verdict = model_->forward_and_verify(tokens, std::forward<Args>(args)...);
+        cached_.insert(cached_.end(), tokens.begin(), tokens.end());
+        return verdict;
+    }
+
+private:
+    Model* model_;
+    std::vector<Token> cached_;
+};
+
+}  // namespace specdec::detail

@@ -1,0 +1,81 @@
+#pragma once
+// A draft *model* as a Drafter: k sequential single-token forwards of the draft
+// model, each token sampled from the processed draft distribution q that is
+// handed to the verifier with it.
+#include <algorithm>
+#include <cstddef>
+#include <sstream>
+#include <vector>
+
+#include "specdec/core/concepts.hpp"
+#include "specdec/core/error.hpp"
+#include "specdec/decoding/drafter.hpp"
+#include "specdec/decoding/kv_sync.hpp"
+#include "specdec/sampling/logits_processing.hpp"
+
+namespace specdec {
+
+template <CausalLM Model>
+class ModelDrafter {
+public:
+    explicit ModelDrafter(Model& model) : cache_(model) {}
+
+    [[nodiscard]] std::size_t vocab_size() const { return cache_model().vocab_size(); }
+    Model& model() { return cache_.model(); }
+
+    void reset() { cache_.reset(); }
+
+    DraftProposal propose(const DraftRequest& request) {
+        DraftProposal proposal;
+        const std::size_t vocab = vocab_size();
+        proposal.vocab = vocab;
+        // The cache ends up holding history + (k - 1) drafts: cap k by the draft's context.
+        const std::size_t context = cache_model().context_length();
+        const std::size_t room = context + 1 > request.history.size() ? context + 1 - request.history.size() : 0;
+        const std::size_t k = std::min(request.max_tokens, room);
+        if (k == 0) return proposal;
+
+        const bool keep_q = !request.sampling.greedy();
+        proposal.tokens.reserve(k);
+        if (keep_q) proposal.probabilities.resize(k * vocab);
+
+        // Catch up on whatever the last verification committed (the last accepted
+        // draft, the corrected or bonus token) in one batched pass.
+        LogitsView logits = cache_.forward(cache_.uncached_suffix(request.history));
+        ++proposal.forward_passes;
+        const std::uint64_t first_position = request.history.size();
+        for (std::size_t i = 0; i < k; ++i) {
+            check_vocab(logits);
+            Token token;
+            if (keep_q) {
+                std::span<float> q{proposal.probabilities.data() + i * vocab, vocab};
+                logits_to_distribution(logits.last_row(), request.sampling, q, "draft model");
+                token = sample_from_distribution(q, request.rng.uniform(first_position + i, RandomPurpose::draft_sample));
+            } else {
+                token = greedy_token(logits.last_row(), "draft model");
+            }
+            proposal.tokens.push_back(token);
+            if (i + 1 < k) {
+                logits = cache_.forward(std::span<const Token>(&proposal.tokens.back(), 1));
+                ++proposal.forward_passes;
+            }
+        }
+        return proposal;
+    }
+
+private:
+    const Model& cache_model() const { return const_cast<detail::KvSync<Model>&>(cache_).model(); }
+
+    void check_vocab(const LogitsView& logits) const {
+        if (logits.vocab != vocab_size()) {
+            std::ostringstream message;
+            message << "draft model returned logits rows of " << logits.vocab << " values; its vocab_size() is "
+                    << vocab_size();
+            throw Error(message.str());
+        }
+    }
+
+    detail::KvSync<Model> cache_;
+};
+
+}  // namespace specdec

@@ -1,0 +1,65 @@
+#pragma once
+// The verification step on the host: process the target's k + 1 logits rows
+// exactly like the drafter processed its own, then apply the acceptance rule.
+// A target type may instead verify on its own device by providing
+// forward_and_verify() (see DeviceVerifyingLM); the decoder then never copies
+// logits back.
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "specdec/core/rng.hpp"
+#include "specdec/core/types.hpp"
+#include "specdec/sampling/acceptance.hpp"
+#include "specdec/sampling/draft_proposal.hpp"
+#include "specdec/sampling/logits_processing.hpp"
+#include "specdec/sampling/sampling_options.hpp"
+
+namespace specdec {
+
+// A target that runs the verification pass *and* the acceptance rule itself
+// (e.g. on a GPU). forward_and_verify(tokens, draft, sampling, rng, first_position)
+// appends `tokens` to the cache like forward() (the last draft.size() of them are
+// the drafts, at positions first_position..), and returns the same result that
+// accept_rejection_sampling / accept_greedy would give on its last k + 1 rows.
+template <class Model>
+concept DeviceVerifyingLM = requires(Model& model, std::span<const Token> tokens, const DraftProposal& draft,
+                                     const SamplingOptions& sampling, const CounterRng& rng, std::uint64_t position) {
+    { model.forward_and_verify(tokens, draft, sampling, rng, position) } -> std::same_as<AcceptanceResult>;
+};
+
+namespace detail {
+
+// `logits` holds at least draft.size() + 1 rows; the last k + 1 are used.
+// `scratch` is reused between calls to avoid reallocating k x vocab floats.
+inline AcceptanceResult verify_on_host(const LogitsView& logits, const DraftProposal& draft,
+                                       const SamplingOptions& sampling, const CounterRng& rng,
+                                       std::uint64_t first_position, std::vector<float>& scratch) {
+    const std::size_t k = draft.size();
+    const std::size_t first_row = logits.rows - (k + 1);
+    if (sampling.greedy()) {
+        std::vector<Token> argmax(k + 1);
+        for (std::size_t i = 0; i <= k; ++i) argmax[i] = greedy_token(logits.row(first_row + i), "target model");
+        return accept_greedy(draft.tokens, argmax);
+    }
+    const std::size_t vocab = logits.vocab;
+    scratch.resize((k + 1) * vocab);
+    for (std::size_t i = 0; i <= k; ++i)
+        logits_to_distribution(logits.row(first_row + i), sampling, {scratch.data() + i * vocab, vocab},
+                               "target model");
+    return accept_rejection_sampling(draft, DistributionRows{scratch.data(), k + 1, vocab}, rng, first_position);
+}
+
+// One token from the last row, as plain autoregressive sampling does it.
+inline Token sample_next_on_host(std::span<const float> logits_row, const SamplingOptions& sampling,
+                                 const CounterRng& rng, std::uint64_t position, std::vector<float>& scratch) {
+    if (sampling.greedy()) return greedy_token(logits_row, "target model");
+    scratch.resize(logits_row.size());
+    logits_to_distribution(logits_row, sampling, scratch, "target model");
+    return sample_from_distribution(scratch, rng.uniform(position, RandomPurpose::target_sample));
+}
+
+}  // namespace detail
+}  // namespace specdec

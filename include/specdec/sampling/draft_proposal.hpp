@@ -1,0 +1,35 @@
+#pragma once
+// What a drafter hands to the verifier: the proposed tokens and the
+// distributions q they were drawn from. Notation, once for the whole library:
+// p is the target's distribution, q is the draft's.
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "specdec/core/types.hpp"
+
+namespace specdec {
+
+struct DraftProposal {
+    std::vector<Token> tokens;
+
+    // Row i (vocab floats) is the processed distribution q_i that tokens[i] was
+    // sampled from. Empty for point-mass drafters (prompt lookup, n-gram,
+    // greedy drafting): then q_i = delta(tokens[i]).
+    std::vector<float> probabilities;
+    std::size_t vocab = 0;
+
+    // Forward passes the drafter spent to produce this proposal (for statistics).
+    std::size_t forward_passes = 0;
+
+    [[nodiscard]] std::size_t size() const { return tokens.size(); }
+    [[nodiscard]] bool point_mass() const { return probabilities.empty(); }
+    [[nodiscard]] std::span<const float> q(std::size_t i) const { return {probabilities.data() + i * vocab, vocab}; }
+    // q_i(x): the probability the drafter gave to token x at position i.
+    [[nodiscard]] float q_of(std::size_t i, Token x) const {
+        if (point_mass()) return x == tokens[i] ? 1.0f : 0.0f;
+        return probabilities[i * vocab + static_cast<std::size_t>(x)];
+    }
+};
+
+}  // namespace specdec
