@@ -52,12 +52,18 @@ concept HasVocabSize = requires(const D& d) {
 
 }  // namespace detail
 
-template <class Draft, CausalLM Target>
+// Draft: a Drafter, or a CausalLM draft model (wrapped in a ModelDrafter).
+// Rule: the acceptance rule used at temperature > 0 (temperature 0 always uses
+// greedy verification).
+template <class Draft, CausalLM Target, AcceptanceRule Rule = TokenwiseRejection>
     requires(Drafter<Draft> || CausalLM<Draft>)
 class SpeculativeDecoder {
 public:
-    SpeculativeDecoder(Draft& draft, Target& target, DecodingOptions options = {})
-        : drafter_(detail::DrafterFor<Draft>::make(draft)), target_(target), options_(std::move(options)) {
+    SpeculativeDecoder(Draft& draft, Target& target, DecodingOptions options = {}, Rule rule = {})
+        : drafter_(detail::DrafterFor<Draft>::make(draft)),
+          target_(target),
+          options_(std::move(options)),
+          rule_(std::move(rule)) {
         validate(options_, /*speculative=*/true);
         if constexpr (detail::HasVocabSize<Draft>) {
             if (draft.vocab_size() != target.vocab_size()) {
@@ -120,7 +126,7 @@ public:
             feed.assign(uncached.begin(), uncached.end());
             feed.insert(feed.end(), draft.tokens.begin(), draft.tokens.end());
             AcceptanceResult verdict;
-            if constexpr (DeviceVerifyingLM<Target>) {
+            if constexpr (DeviceVerifyingLM<Target> && std::is_same_v<Rule, TokenwiseRejection>) {
                 auto verify_start = detail::Clock::now();
                 verdict = target_.forward_and_verify(feed, draft, options_.sampling, rng, committed);
                 stats.target_seconds += detail::seconds_since(verify_start);
@@ -129,7 +135,7 @@ public:
                 const LogitsView logits = target_.forward(feed);
                 stats.target_seconds += detail::seconds_since(forward_start);
                 auto accept_start = detail::Clock::now();
-                verdict = detail::verify_on_host(logits, draft, options_.sampling, rng, committed, scratch_);
+                verdict = detail::verify_on_host(logits, draft, options_.sampling, rng, committed, scratch_, rule_);
                 stats.acceptance_seconds += detail::seconds_since(accept_start);
             }
             ++stats.target_forward_passes;
@@ -159,6 +165,7 @@ private:
     typename detail::DrafterFor<Draft>::type drafter_;
     detail::KvSync<Target> target_;
     DecodingOptions options_;
+    Rule rule_;
     std::vector<float> scratch_;
 };
 

@@ -30,13 +30,32 @@ concept DeviceVerifyingLM = requires(Model& model, std::span<const Token> tokens
     { model.forward_and_verify(tokens, draft, sampling, rng, position) } -> std::same_as<AcceptanceResult>;
 };
 
+// The default acceptance rule of SpeculativeDecoder. A rule is any callable
+// (draft, target distributions p, rng, first_position) -> AcceptanceResult; the
+// decoder is parameterised on it so that other exact rules (block
+// verification) can be plugged in, and tests can plug in wrong ones to show the
+// exactness tests catch them.
+struct TokenwiseRejection {
+    AcceptanceResult operator()(const DraftProposal& draft, DistributionRows p, const CounterRng& rng,
+                                std::uint64_t first_position) const {
+        return accept_rejection_sampling(draft, p, rng, first_position);
+    }
+};
+
+template <class Rule>
+concept AcceptanceRule = requires(const Rule& rule, const DraftProposal& draft, DistributionRows p,
+                                  const CounterRng& rng, std::uint64_t position) {
+    { rule(draft, p, rng, position) } -> std::same_as<AcceptanceResult>;
+};
+
 namespace detail {
 
 // `logits` holds at least draft.size() + 1 rows; the last k + 1 are used.
 // `scratch` is reused between calls to avoid reallocating k x vocab floats.
-inline AcceptanceResult verify_on_host(const LogitsView& logits, const DraftProposal& draft,
-                                       const SamplingOptions& sampling, const CounterRng& rng,
-                                       std::uint64_t first_position, std::vector<float>& scratch) {
+template <AcceptanceRule Rule>
+AcceptanceResult verify_on_host(const LogitsView& logits, const DraftProposal& draft, const SamplingOptions& sampling,
+                                const CounterRng& rng, std::uint64_t first_position, std::vector<float>& scratch,
+                                const Rule& rule) {
     const std::size_t k = draft.size();
     const std::size_t first_row = logits.rows - (k + 1);
     if (sampling.greedy()) {
@@ -49,7 +68,7 @@ inline AcceptanceResult verify_on_host(const LogitsView& logits, const DraftProp
     for (std::size_t i = 0; i <= k; ++i)
         logits_to_distribution(logits.row(first_row + i), sampling, {scratch.data() + i * vocab, vocab},
                                "target model");
-    return accept_rejection_sampling(draft, DistributionRows{scratch.data(), k + 1, vocab}, rng, first_position);
+    return rule(draft, DistributionRows{scratch.data(), k + 1, vocab}, rng, first_position);
 }
 
 // One token from the last row, as plain autoregressive sampling does it.
