@@ -1,0 +1,63 @@
+#pragma once
+// Runtime selection of the x86 AVX2/FMA/F16C code paths. The library is built
+// without any -march flag: kernels that use these instructions are compiled
+// per function with SPECDEC_AVX2_TARGET and are only called when the running
+// CPU reports all three features; every kernel keeps a portable scalar twin.
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define SPECDEC_HAS_X86_KERNELS 1
+#define SPECDEC_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+#else
+#define SPECDEC_HAS_X86_KERNELS 0
+#define SPECDEC_AVX2_TARGET
+#endif
+
+namespace specdec::cpu {
+
+// True when the AVX2 + FMA + F16C kernels may run on this CPU. Setting the
+// environment variable SPECDEC_DISABLE_SIMD forces the scalar kernels (tests
+// use it to compare both paths).
+[[nodiscard]] bool avx2_available() noexcept;
+
+namespace detail {
+bool query_avx2() noexcept;
+}
+
+}  // namespace specdec::cpu
+
+#include <cstdlib>
+
+namespace specdec::cpu {
+
+inline bool detail::query_avx2() noexcept {
+    if (const char* off = std::getenv("SPECDEC_DISABLE_SIMD"); off != nullptr && *off != '\0' && *off != '0') return false;
+#if SPECDEC_HAS_X86_KERNELS
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+    return false;
+#endif
+}
+
+inline bool avx2_available() noexcept {
+    static const bool available = detail::query_avx2();
+    return available;
+}
+
+#if SPECDEC_HAS_X86_KERNELS
+namespace detail {
+// Sum of the 8 lanes of an AVX register.
+SPECDEC_AVX2_TARGET inline float horizontal_sum(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v);
+    const __m128 hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    __m128 shuf = _mm_movehdup_ps(lo);
+    __m128 sums = _mm_add_ps(lo, shuf);
+    shuf = _mm_movehl_ps(shuf, sums);
+    sums = _mm_add_ss(sums, shuf);
+    return _mm_cvtss_f32(sums);
+}
+}  // namespace detail
+#endif
+
+}  // namespace specdec::cpu

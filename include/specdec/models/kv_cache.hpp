@@ -1,0 +1,46 @@
+#pragma once
+// Keys and values of every layer for positions [0, size()). Indexed by
+// absolute position, so rolling back is only a smaller size(): truncate is
+// O(1) and the next forward overwrites the discarded positions.
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "specdec/core/error.hpp"
+
+namespace specdec {
+
+class KvCache {
+public:
+    KvCache() = default;
+    KvCache(std::size_t layers, std::size_t capacity, std::size_t kv_dim)
+        : layers_(layers), capacity_(capacity), kv_dim_(kv_dim),
+          // Not zero-filled: pages are only touched as positions are written.
+          data_(new float[layers * capacity * kv_dim * 2]) {}
+
+    [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
+    [[nodiscard]] std::size_t size() const noexcept { return size_; }
+    [[nodiscard]] std::size_t kv_dim() const noexcept { return kv_dim_; }
+
+    // Row of kv_dim floats for (layer, position); rows of one layer are contiguous.
+    [[nodiscard]] float* keys(std::size_t layer, std::size_t position) noexcept {
+        return data_.get() + ((layer * 2) * capacity_ + position) * kv_dim_;
+    }
+    [[nodiscard]] float* values(std::size_t layer, std::size_t position) noexcept {
+        return data_.get() + ((layer * 2 + 1) * capacity_ + position) * kv_dim_;
+    }
+
+    void set_size(std::size_t positions) {
+        if (positions > capacity_) {
+            throw Error("specdec: KV cache of " + std::to_string(capacity_) + " positions cannot hold " +
+                        std::to_string(positions));
+        }
+        size_ = positions;
+    }
+
+private:
+    std::size_t layers_ = 0, capacity_ = 0, kv_dim_ = 0, size_ = 0;
+    std::unique_ptr<float[]> data_;
+};
+
+}  // namespace specdec

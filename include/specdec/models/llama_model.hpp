@@ -1,0 +1,221 @@
+#pragma once
+// The reference Llama-architecture transformer on the CPU: token embedding,
+// per layer RMSNorm -> grouped-query attention with RoPE -> residual ->
+// RMSNorm -> SwiGLU feed-forward -> residual, final RMSNorm and output head.
+//
+// forward(tokens) is one batched pass: every weight matrix is streamed once
+// and multiplied by the block of all new tokens (see backends/cpu/matmul.hpp),
+// and attention is causal over the cache plus the new tokens. Satisfies
+// specdec::CausalLM.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "specdec/backends/cpu/matmul.hpp"
+#include "specdec/backends/cpu/thread_pool.hpp"
+#include "specdec/backends/cpu/vector_ops.hpp"
+#include "specdec/core/concepts.hpp"
+#include "specdec/core/error.hpp"
+#include "specdec/core/types.hpp"
+#include "specdec/models/kv_cache.hpp"
+#include "specdec/models/llama_weights.hpp"
+
+namespace specdec {
+
+struct LlamaOptions {
+    std::size_t threads = 0;       // threads of the model's own pool, counting the caller; 0 = hardware concurrency
+    std::size_t max_context = 0;   // caps the KV cache (and so context_length()); 0 = the model's context length
+    std::shared_ptr<cpu::ThreadPool> thread_pool;  // share one pool between a target and its draft; overrides `threads`
+    std::string name;              // shown by name(); empty = a description of the shape
+};
+
+class LlamaModel {
+public:
+    explicit LlamaModel(LlamaWeights weights, LlamaOptions options = {})
+        : weights_(std::move(weights)), name_(std::move(options.name)), pool_(std::move(options.thread_pool)) {
+        weights_.validate();
+        const LlamaConfig& c = weights_.config;
+        if (!pool_) pool_ = std::make_shared<cpu::ThreadPool>(options.threads);
+        const std::size_t capacity = options.max_context == 0 ? c.context_length : std::min(options.max_context, c.context_length);
+        cache_ = KvCache(c.layer_count, capacity, c.kv_dim());
+        // Inverse frequencies of the rotary pairs: base^(-2i / rope_dim).
+        const std::size_t pairs = c.rotary_dim() / 2;
+        inverse_frequencies_.resize(pairs);
+        for (std::size_t i = 0; i < pairs; ++i) {
+            inverse_frequencies_[i] = static_cast<float>(
+                std::pow(static_cast<double>(c.rope_freq_base), -2.0 * static_cast<double>(i) / static_cast<double>(c.rotary_dim())));
+        }
+        if (name_.empty()) {
+            name_ = "llama-" + std::to_string(c.layer_count) + "x" + std::to_string(c.embedding_dim);
+        }
+    }
+
+    // Loads a GGUF file of architecture "llama" (defined in llama_gguf.hpp).
+    static LlamaModel from_gguf(const std::filesystem::path& path, LlamaOptions options = {});
+
+    [[nodiscard]] std::size_t vocab_size() const noexcept { return weights_.config.vocab_size; }
+    [[nodiscard]] std::size_t context_length() const noexcept { return cache_.capacity(); }
+    [[nodiscard]] std::size_t cached_tokens() const noexcept { return cache_.size(); }
+    [[nodiscard]] const LlamaConfig& config() const noexcept { return weights_.config; }
+    [[nodiscard]] const LlamaWeights& weights() const noexcept { return weights_; }
+    [[nodiscard]] std::size_t parameter_count() const { return weights_.parameter_count(); }
+    [[nodiscard]] std::size_t weight_bytes() const { return weights_.weight_bytes(); }
+    [[nodiscard]] const std::string& name() const noexcept { return name_; }
+    [[nodiscard]] std::size_t threads() const noexcept { return pool_->size(); }
+
+    void truncate(std::size_t positions) {
+        if (positions > cache_.size()) {
+            throw Error("specdec: truncate(" + std::to_string(positions) + ") beyond the " + std::to_string(cache_.size()) +
+                        " cached positions of " + name_);
+        }
+        cache_.set_size(positions);
+    }
+
+    // Appends the tokens to the cache and returns one logits row per token.
+    LogitsView forward(std::span<const Token> tokens) {
+        const LlamaConfig& c = weights_.config;
+        const std::size_t n = tokens.size();
+        const std::size_t past = cache_.size();
+        for (std::size_t i = 0; i < n; ++i) {
+            if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= c.vocab_size) {
+                throw Error("specdec: " + name_ + ": token id " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
+                            " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+            }
+        }
+        if (past + n > cache_.capacity()) {
+            throw Error("specdec: " + name_ + ": forward of " + std::to_string(n) + " tokens after " + std::to_string(past) +
+                        " cached positions overflows the context length " + std::to_string(cache_.capacity()));
+        }
+        if (n == 0) return LogitsView{logits_.data(), 0, c.vocab_size, c.vocab_size};
+        reserve(n);
+
+        const std::size_t dim = c.embedding_dim, kv_dim = c.kv_dim(), ffn = c.feed_forward_dim;
+        for (std::size_t i = 0; i < n; ++i) cpu::dequantize_row(weights_.token_embedding, static_cast<std::size_t>(tokens[i]), &x_[i * dim]);
+        compute_rope_angles(past, n);
+
+        for (std::size_t layer = 0; layer < c.layer_count; ++layer) {
+            const LlamaLayerWeights& w = weights_.layers[layer];
+            for (std::size_t i = 0; i < n; ++i) cpu::rms_norm(&x_[i * dim], w.attention_norm.data(), dim, c.rms_norm_eps, &normed_[i * dim]);
+            // Q, K and V in one parallel section; K and V land in the cache directly.
+            const cpu::MatmulTarget qkv[] = {
+                {&w.query, q_.data(), dim, false},
+                {&w.key, cache_.keys(layer, past), kv_dim, false},
+                {&w.value, cache_.values(layer, past), kv_dim, false},
+            };
+            cpu::matmul(*pool_, qkv, normed_.data(), dim, n);
+            apply_rope(layer, past, n);
+            attention(layer, past, n);
+            cpu::matmul(*pool_, w.attention_output, attention_out_.data(), dim, n, x_.data(), dim, /*accumulate=*/true);
+
+            for (std::size_t i = 0; i < n; ++i) cpu::rms_norm(&x_[i * dim], w.ffn_norm.data(), dim, c.rms_norm_eps, &normed_[i * dim]);
+            const cpu::MatmulTarget gate_up[] = {
+                {&w.ffn_gate, gate_.data(), ffn, false},
+                {&w.ffn_up, up_.data(), ffn, false},
+            };
+            cpu::matmul(*pool_, gate_up, normed_.data(), dim, n);
+            cpu::swiglu(gate_.data(), up_.data(), n * ffn);
+            cpu::matmul(*pool_, w.ffn_down, gate_.data(), ffn, n, x_.data(), dim, /*accumulate=*/true);
+        }
+        for (std::size_t i = 0; i < n; ++i) cpu::rms_norm(&x_[i * dim], weights_.output_norm.data(), dim, c.rms_norm_eps, &normed_[i * dim]);
+        cpu::matmul(*pool_, weights_.output, normed_.data(), dim, n, logits_.data(), c.vocab_size);
+        cache_.set_size(past + n);
+        return LogitsView{logits_.data(), n, c.vocab_size, c.vocab_size};
+    }
+
+private:
+    void reserve(std::size_t n) {
+        const LlamaConfig& c = weights_.config;
+        auto grow = [](std::vector<float>& v, std::size_t size) {
+            if (v.size() < size) v.resize(size);
+        };
+        grow(x_, n * c.embedding_dim);
+        grow(normed_, n * c.embedding_dim);
+        grow(q_, n * c.embedding_dim);
+        grow(attention_out_, n * c.embedding_dim);
+        grow(gate_, n * c.feed_forward_dim);
+        grow(up_, n * c.feed_forward_dim);
+        grow(logits_, n * c.vocab_size);
+        grow(rope_cos_, n * inverse_frequencies_.size());
+        grow(rope_sin_, n * inverse_frequencies_.size());
+    }
+
+    void compute_rope_angles(std::size_t past, std::size_t n) {
+        const std::size_t pairs = inverse_frequencies_.size();
+        const float position_scale = 1.0f / weights_.config.rope_linear_scale;
+        for (std::size_t i = 0; i < n; ++i) {
+            const float position = static_cast<float>(past + i) * position_scale;
+            for (std::size_t p = 0; p < pairs; ++p) {
+                const float angle = position * inverse_frequencies_[p];
+                rope_cos_[i * pairs + p] = std::cos(angle);
+                rope_sin_[i * pairs + p] = std::sin(angle);
+            }
+        }
+    }
+
+    void apply_rope(std::size_t layer, std::size_t past, std::size_t n) {
+        const LlamaConfig& c = weights_.config;
+        const std::size_t hd = c.head_dim(), pairs = inverse_frequencies_.size();
+        for (std::size_t i = 0; i < n; ++i) {
+            const float* cosines = &rope_cos_[i * pairs];
+            const float* sines = &rope_sin_[i * pairs];
+            float* q = &q_[i * c.embedding_dim];
+            for (std::size_t h = 0; h < c.head_count; ++h) cpu::rope_rotate(q + h * hd, cosines, sines, pairs);
+            float* k = cache_.keys(layer, past + i);
+            for (std::size_t h = 0; h < c.kv_heads(); ++h) cpu::rope_rotate(k + h * hd, cosines, sines, pairs);
+        }
+    }
+
+    // Causal softmax attention of the n new queries over positions [0, past + i].
+    void attention(std::size_t layer, std::size_t past, std::size_t n) {
+        const LlamaConfig& c = weights_.config;
+        const std::size_t hd = c.head_dim(), heads = c.head_count, group = c.head_count / c.kv_heads();
+        const std::size_t kv_dim = c.kv_dim();
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        const float* keys = cache_.keys(layer, 0);
+        const float* values = cache_.values(layer, 0);
+        pool_->parallel_for(n * heads, [&](std::size_t task) {
+            const std::size_t i = task / heads, h = task % heads, kv_head = h / group;
+            const std::size_t positions = past + i + 1;
+            thread_local std::vector<float> scores;
+            if (scores.size() < positions) scores.resize(positions);
+            const float* q = &q_[i * c.embedding_dim + h * hd];
+            float max_score = -INFINITY;
+            for (std::size_t j = 0; j < positions; ++j) {
+                scores[j] = cpu::dot(q, keys + j * kv_dim + kv_head * hd, hd) * scale;
+                max_score = std::max(max_score, scores[j]);
+            }
+            float total = 0.0f;
+            for (std::size_t j = 0; j < positions; ++j) {
+                scores[j] = std::exp(scores[j] - max_score);
+                total += scores[j];
+            }
+            float* out = &attention_out_[i * c.embedding_dim + h * hd];
+            std::fill(out, out + hd, 0.0f);
+            const float inverse_total = 1.0f / total;
+            for (std::size_t j = 0; j < positions; ++j) {
+                cpu::axpy(scores[j] * inverse_total, values + j * kv_dim + kv_head * hd, out, hd);
+            }
+        });
+    }
+
+    LlamaWeights weights_;
+    std::string name_;
+    std::shared_ptr<cpu::ThreadPool> pool_;
+    KvCache cache_;
+    std::vector<float> inverse_frequencies_;
+    // Activations of the current forward, n rows each (reused between calls).
+    std::vector<float> x_, normed_, q_, attention_out_, gate_, up_, logits_, rope_cos_, rope_sin_;
+};
+
+static_assert(CausalLM<LlamaModel>);
+
+}  // namespace specdec
+
+// LlamaModel::from_gguf is defined with the GGUF loader.
+#include "specdec/models/llama_gguf.hpp"

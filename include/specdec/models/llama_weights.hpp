@@ -1,0 +1,114 @@
+#pragma once
+// The tensors of a Llama model as views in their storage types, plus the
+// owners that keep those bytes alive (a memory-mapped GGUF file, or buffers of
+// generated weights). Norm vectors are small and kept as float.
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "specdec/backends/cpu/weight_matrix.hpp"
+#include "specdec/models/llama_config.hpp"
+
+namespace specdec {
+
+struct LlamaLayerWeights {
+    std::vector<float> attention_norm;   // [embedding_dim]
+    WeightMatrix query;                  // [embedding_dim rows x embedding_dim]
+    WeightMatrix key;                    // [kv_dim x embedding_dim]
+    WeightMatrix value;                  // [kv_dim x embedding_dim]
+    WeightMatrix attention_output;       // [embedding_dim x embedding_dim]
+    std::vector<float> ffn_norm;         // [embedding_dim]
+    WeightMatrix ffn_gate;               // [feed_forward_dim x embedding_dim]
+    WeightMatrix ffn_up;                 // [feed_forward_dim x embedding_dim]
+    WeightMatrix ffn_down;               // [embedding_dim x feed_forward_dim]
+};
+
+struct LlamaWeights {
+    LlamaConfig config;
+    WeightMatrix token_embedding;        // [vocab_size x embedding_dim]
+    std::vector<LlamaLayerWeights> layers;
+    std::vector<float> output_norm;      // [embedding_dim]
+    WeightMatrix output;                 // [vocab_size x embedding_dim]; same data as token_embedding when tied
+    std::vector<std::shared_ptr<const void>> storage;  // owners of every byte the views point into
+
+    [[nodiscard]] bool tied_output() const noexcept { return output.data == token_embedding.data; }
+
+    // Throws specdec::Error naming the first tensor whose shape disagrees with
+    // the config (or that is missing).
+    void validate() const {
+        config.validate();
+        const std::size_t dim = config.embedding_dim, kv = config.kv_dim(), ffn = config.feed_forward_dim;
+        auto check_matrix = [](const WeightMatrix& w, std::size_t rows, std::size_t cols, const std::string& name) {
+            if (w.data == nullptr) throw Error("specdec: Llama weights: tensor " + name + " is missing");
+            if (w.rows != rows || w.cols != cols) {
+                throw Error("specdec: Llama weights: tensor " + name + " has shape " + std::to_string(w.rows) + "x" +
+                            std::to_string(w.cols) + " (rows x columns), expected " + std::to_string(rows) + "x" +
+                            std::to_string(cols) + " from the config");
+            }
+            (void)w.row_bytes();  // throws for a block type with an incompatible row length
+        };
+        auto check_norm = [&](const std::vector<float>& v, const std::string& name) {
+            if (v.size() != dim) {
+                throw Error("specdec: Llama weights: norm " + name + " has " + std::to_string(v.size()) +
+                            " values, expected embedding_dim " + std::to_string(dim));
+            }
+        };
+        check_matrix(token_embedding, config.vocab_size, dim, "token_embd");
+        check_matrix(output, config.vocab_size, dim, "output");
+        check_norm(output_norm, "output_norm");
+        if (layers.size() != config.layer_count) {
+            throw Error("specdec: Llama weights: " + std::to_string(layers.size()) + " layers, config says " +
+                        std::to_string(config.layer_count));
+        }
+        for (std::size_t i = 0; i < layers.size(); ++i) {
+            const auto& l = layers[i];
+            const std::string p = "blk." + std::to_string(i) + ".";
+            check_norm(l.attention_norm, p + "attn_norm");
+            check_matrix(l.query, dim, dim, p + "attn_q");
+            check_matrix(l.key, kv, dim, p + "attn_k");
+            check_matrix(l.value, kv, dim, p + "attn_v");
+            check_matrix(l.attention_output, dim, dim, p + "attn_output");
+            check_norm(l.ffn_norm, p + "ffn_norm");
+            check_matrix(l.ffn_gate, ffn, dim, p + "ffn_gate");
+            check_matrix(l.ffn_up, ffn, dim, p + "ffn_up");
+            check_matrix(l.ffn_down, dim, ffn, p + "ffn_down");
+        }
+    }
+
+    template <class Fn>
+    void for_each_matrix(Fn&& fn) const {
+        fn(token_embedding);
+        for (const auto& l : layers) {
+            for (const WeightMatrix* w : {&l.query, &l.key, &l.value, &l.attention_output, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) fn(*w);
+        }
+        if (!tied_output()) fn(output);
+    }
+
+    [[nodiscard]] std::size_t parameter_count() const {
+        std::size_t count = output_norm.size();
+        for_each_matrix([&](const WeightMatrix& w) { count += w.rows * w.cols; });
+        for (const auto& l : layers) count += l.attention_norm.size() + l.ffn_norm.size();
+        return count;
+    }
+
+    // Bytes of all weights in their storage types.
+    [[nodiscard]] std::size_t weight_bytes() const {
+        std::size_t bytes = output_norm.size() * sizeof(float);
+        for_each_matrix([&](const WeightMatrix& w) { bytes += w.byte_size(); });
+        for (const auto& l : layers) bytes += (l.attention_norm.size() + l.ffn_norm.size()) * sizeof(float);
+        return bytes;
+    }
+
+    // Bytes one forward pass streams from memory: every matrix except the
+    // embedding table, of which only the looked-up rows are read.
+    [[nodiscard]] std::size_t bytes_read_per_forward() const {
+        std::size_t bytes = output.byte_size();
+        for (const auto& l : layers) {
+            for (const WeightMatrix* w : {&l.query, &l.key, &l.value, &l.attention_output, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) bytes += w->byte_size();
+        }
+        return bytes;
+    }
+};
+
+}  // namespace specdec
