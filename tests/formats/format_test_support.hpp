@@ -1,0 +1,76 @@
+#pragma once
+// Helpers shared by the file-format tests: a scratch directory and a way to
+// capture the message of the specdec::Error a malformed file must raise.
+#include <atomic>
+#include <cstddef>
+#include <filesystem>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "specdec/core/error.hpp"
+#include "specdec/models/gguf.hpp"
+#include "specdec/models/gguf_writer.hpp"
+#include "support/catch.hpp"
+
+namespace specdec::test {
+
+// A fresh directory under the system temp dir, removed with everything in it.
+class TempDir {
+public:
+    TempDir() {
+        static std::atomic<int> counter{0};
+        path_ = std::filesystem::temp_directory_path() /
+                ("specdec-formats-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
+                 std::to_string(std::random_device{}()));
+        std::filesystem::create_directories(path_);
+    }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+    ~TempDir() {
+        std::error_code ignored;
+        std::filesystem::remove_all(path_, ignored);
+    }
+
+    [[nodiscard]] std::filesystem::path file(const std::string& name) const { return path_ / name; }
+
+    std::filesystem::path write(const std::string& name, std::span<const std::byte> bytes) const {
+        const auto target = file(name);
+        gguf::Writer::write_bytes(target, bytes);
+        return target;
+    }
+
+private:
+    std::filesystem::path path_;
+};
+
+// The message of the specdec::Error that opening `path` raises; "" when the
+// file opens. Any other exception type fails the test.
+inline std::string open_error(const std::filesystem::path& path) {
+    try {
+        (void)gguf::File::open(path);
+    } catch (const Error& error) {
+        return error.what();
+    }
+    return "";
+}
+
+// Opening must fail with a message naming both the file and the problem.
+inline void require_open_error(const std::filesystem::path& path, const std::string& problem) {
+    const std::string message = open_error(path);
+    INFO("expected a problem containing: " << problem);
+    INFO("got: " << (message.empty() ? std::string("<opened without error>") : message));
+    CHECK(message.find(problem) != std::string::npos);
+    CHECK(message.find(path.string()) != std::string::npos);
+}
+
+inline std::vector<std::byte> as_bytes(const std::vector<float>& values) {
+    gguf::ValueBytes bytes;
+    for (const float v : values) bytes.f32(v);
+    return bytes.bytes;
+}
+
+}  // namespace specdec::test
