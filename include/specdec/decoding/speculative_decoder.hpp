@@ -116,6 +116,7 @@ public:
                         << " were requested";
                 throw Error(message.str());
             }
+            detail::check_draft_tokens(draft, target.vocab_size());
             const std::size_t k = draft.size();
             stats.draft_forward_passes += draft.forward_passes;
             stats.draft_tokens_proposed += k;

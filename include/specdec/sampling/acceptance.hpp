@@ -32,6 +32,16 @@ struct DistributionRows {
 
 namespace detail {
 
+inline void check_draft_tokens(const DraftProposal& draft, std::size_t vocab) {
+    for (const Token token : draft.tokens) {
+        if (token < 0 || static_cast<std::size_t>(token) >= vocab) {
+            std::ostringstream message;
+            message << "draft token " << token << " is outside the target vocabulary [0, " << vocab << ")";
+            throw Error(message.str());
+        }
+    }
+}
+
 inline void check_rows(const DraftProposal& draft, std::size_t target_rows, std::size_t vocab) {
     if (target_rows != draft.size() + 1) {
         std::ostringstream message;
@@ -43,13 +53,7 @@ inline void check_rows(const DraftProposal& draft, std::size_t target_rows, std:
         message << "draft distributions have vocabulary " << draft.vocab << " but the target has " << vocab;
         throw Error(message.str());
     }
-    for (const Token token : draft.tokens) {
-        if (token < 0 || static_cast<std::size_t>(token) >= vocab) {
-            std::ostringstream message;
-            message << "draft token " << token << " is outside the target vocabulary [0, " << vocab << ")";
-            throw Error(message.str());
-        }
-    }
+    check_draft_tokens(draft, vocab);
 }
 
 // y ~ norm(max(p - q, 0)), drawn by inverse CDF without normalising (so no

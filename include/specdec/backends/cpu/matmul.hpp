@@ -52,45 +52,63 @@ inline void matmul_rows_scalar(const WeightMatrix& w, std::size_t row_begin, std
 
 #if SPECDEC_HAS_X86_KERNELS
 
-// Decodes values [32 b, 32 b + 32) of a row into four registers.
+// 32 decoded weights in four registers. Returned by value, written out by
+// hand: GCC keeps such a struct in registers, whereas a loop filling an array
+// parameter was compiled to stores and reloads through the stack.
+struct Chunk32 {
+    __m256 v0, v1, v2, v3;
+};
+
+SPECDEC_AVX2_TARGET inline __m256 widen_q8(const std::byte* p, __m256 d) {
+    const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)));
+}
+
+SPECDEC_AVX2_TARGET inline __m256 widen_i8(__m128i q8, __m256 d) {
+    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)));
+}
+
+SPECDEC_AVX2_TARGET inline __m256 load_f16x8(const std::byte* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+SPECDEC_AVX2_TARGET inline __m256 load_bf16x8(const std::byte* p) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+
+SPECDEC_AVX2_TARGET inline __m256 block_scale(const std::byte* block) {
+    Half d_bits;
+    std::memcpy(&d_bits, block, 2);
+    return _mm256_set1_ps(_cvtsh_ss(d_bits));
+}
+
+// Decodes values [32 b, 32 b + 32) of a row.
 template <WeightType T>
-SPECDEC_AVX2_TARGET inline void load_chunk(const std::byte* row, std::size_t b, __m256 (&w)[4]) {
+SPECDEC_AVX2_TARGET inline Chunk32 load_chunk(const std::byte* row, std::size_t b) {
     if constexpr (T == WeightType::f32) {
         const float* p = reinterpret_cast<const float*>(row) + b * 32;
-        for (int i = 0; i < 4; ++i) w[i] = _mm256_loadu_ps(p + 8 * i);
+        return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8), _mm256_loadu_ps(p + 16), _mm256_loadu_ps(p + 24)};
     } else if constexpr (T == WeightType::f16) {
         const std::byte* p = row + b * 64;
-        for (int i = 0; i < 4; ++i) w[i] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * i)));
+        return {load_f16x8(p), load_f16x8(p + 16), load_f16x8(p + 32), load_f16x8(p + 48)};
     } else if constexpr (T == WeightType::bf16) {
         const std::byte* p = row + b * 64;
-        for (int i = 0; i < 4; ++i) {
-            const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * i)));
-            w[i] = _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-        }
+        return {load_bf16x8(p), load_bf16x8(p + 16), load_bf16x8(p + 32), load_bf16x8(p + 48)};
     } else if constexpr (T == WeightType::q8_0) {
         const std::byte* block = row + b * sizeof(BlockQ8_0);
-        Half d_bits;
-        std::memcpy(&d_bits, block, 2);
-        const __m256 d = _mm256_set1_ps(_cvtsh_ss(d_bits));
+        const __m256 d = block_scale(block);
         const std::byte* qs = block + 2;
-        for (int i = 0; i < 4; ++i) {
-            const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * i));
-            w[i] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)));
-        }
+        return {widen_q8(qs, d), widen_q8(qs + 8, d), widen_q8(qs + 16, d), widen_q8(qs + 24, d)};
     } else {
         static_assert(T == WeightType::q4_0);
         const std::byte* block = row + b * sizeof(BlockQ4_0);
-        Half d_bits;
-        std::memcpy(&d_bits, block, 2);
-        const __m256 d = _mm256_set1_ps(_cvtsh_ss(d_bits));
+        const __m256 d = block_scale(block);
         const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
         const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
-        const __m128i low = _mm_sub_epi8(_mm_and_si128(packed, mask), eight);                       // values 0..15
-        const __m128i high = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(packed, 4), mask), eight);   // values 16..31
-        w[0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(low)));
-        w[1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(low, 8))));
-        w[2] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(high)));
-        w[3] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(high, 8))));
+        const __m128i low = _mm_sub_epi8(_mm_and_si128(packed, mask), eight);                      // values 0..15
+        const __m128i high = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(packed, 4), mask), eight);  // values 16..31
+        return {widen_i8(low, d), widen_i8(_mm_srli_si128(low, 8), d), widen_i8(high, d), widen_i8(_mm_srli_si128(high, 8), d)};
     }
 }
 
@@ -123,15 +141,15 @@ SPECDEC_AVX2_TARGET void matmul_rows_avx2(const WeightMatrix& w, std::size_t row
         for (int c = 0; c < NC; ++c)
             for (int a = 0; a < A; ++a) sum[c][a] = _mm256_setzero_ps();
         for (std::size_t b = 0; b < chunks; ++b) {
-            __m256 wv[4];
-            load_chunk<T>(row, b, wv);
+            const Chunk32 w32 = load_chunk<T>(row, b);
             const float* xb = x + b * 32;
 #pragma GCC unroll 8
             for (int c = 0; c < NC; ++c) {
-#pragma GCC unroll 4
-                for (int i = 0; i < 4; ++i) {
-                    sum[c][i % A] = _mm256_fmadd_ps(wv[i], _mm256_loadu_ps(xb + c * x_stride + 8 * i), sum[c][i % A]);
-                }
+                const float* xc = xb + c * x_stride;
+                sum[c][0 % A] = _mm256_fmadd_ps(w32.v0, _mm256_loadu_ps(xc), sum[c][0 % A]);
+                sum[c][1 % A] = _mm256_fmadd_ps(w32.v1, _mm256_loadu_ps(xc + 8), sum[c][1 % A]);
+                sum[c][2 % A] = _mm256_fmadd_ps(w32.v2, _mm256_loadu_ps(xc + 16), sum[c][2 % A]);
+                sum[c][3 % A] = _mm256_fmadd_ps(w32.v3, _mm256_loadu_ps(xc + 24), sum[c][3 % A]);
             }
         }
         for (int c = 0; c < NC; ++c) {

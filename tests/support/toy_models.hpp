@@ -1,0 +1,99 @@
+#pragma once
+// Small deterministic causal models for the core tests. They are real models
+// in the sense the decoder cares about: the logits after a prefix are a fixed
+// function of that prefix (the last two tokens and the position), computed from
+// the KV cache they keep, so caching, batching and rollback mistakes change the
+// output. A draft is made by adding seeded noise to the target's logits.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <numbers>
+#include <optional>
+#include <span>
+#include <sstream>
+#include <vector>
+
+#include "specdec/core/error.hpp"
+#include "specdec/core/rng.hpp"
+#include "specdec/core/types.hpp"
+
+namespace specdec::test {
+
+struct ToyLMOptions {
+    std::size_t vocab = 5;
+    std::uint64_t seed = 1;
+    double sharpness = 1.5;       // scale of the target's logits: larger = more peaked
+    std::uint64_t noise_seed = 0;  // a draft: logits + noise * (independent Gaussian field)
+    double noise = 0.0;
+    std::size_t context = 512;
+    std::optional<std::size_t> nan_at_position{};  // the row after this position gets a NaN
+};
+
+class ToyLM {
+public:
+    explicit ToyLM(ToyLMOptions options) : options_(options) {}
+
+    std::size_t vocab_size() const { return options_.vocab; }
+    std::size_t context_length() const { return options_.context; }
+    std::size_t cached_tokens() const { return cache_.size(); }
+    const std::vector<Token>& cache() const { return cache_; }
+    std::size_t forward_calls() const { return forward_calls_; }
+
+    LogitsView forward(std::span<const Token> tokens) {
+        if (cache_.size() + tokens.size() > options_.context) {
+            std::ostringstream message;
+            message << "ToyLM context overflow: " << cache_.size() << " + " << tokens.size() << " > "
+                    << options_.context;
+            throw Error(message.str());
+        }
+        ++forward_calls_;
+        logits_.resize(tokens.size() * options_.vocab);
+        for (std::size_t i = 0; i < tokens.size(); ++i) {
+            if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= options_.vocab)
+                throw Error("ToyLM: token id out of range");
+            cache_.push_back(tokens[i]);
+            fill_row(cache_, {logits_.data() + i * options_.vocab, options_.vocab});
+        }
+        return dense_logits(logits_, tokens.size(), options_.vocab);
+    }
+
+    void truncate(std::size_t n) {
+        if (n > cache_.size()) throw Error("ToyLM: truncate beyond the cache");
+        cache_.resize(n);
+    }
+
+    // Stateless: the logits row after `prefix` (what forward() returns for its last token).
+    std::vector<float> logits_after(std::span<const Token> prefix) const {
+        std::vector<float> row(options_.vocab);
+        fill_row(prefix, row);
+        return row;
+    }
+
+private:
+    static double gaussian(std::uint64_t seed, std::uint64_t key, std::uint32_t lane) {
+        const double u1 = 1.0 - counter_uniform(seed, key, RandomPurpose::draft_sample, lane);
+        const double u2 = counter_uniform(seed, key, RandomPurpose::accept_test, lane);
+        return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+    }
+
+    void fill_row(std::span<const Token> prefix, std::span<float> row) const {
+        const std::size_t position = prefix.size() - 1;
+        const std::uint64_t current = static_cast<std::uint64_t>(prefix[position]);
+        const std::uint64_t previous = position > 0 ? static_cast<std::uint64_t>(prefix[position - 1]) + 1 : 0;
+        const std::uint64_t key = (current * 1000003u + previous) * 8u + position % 8u;
+        for (std::size_t v = 0; v < options_.vocab; ++v) {
+            double value = options_.sharpness * gaussian(options_.seed, key, static_cast<std::uint32_t>(v));
+            if (options_.noise != 0.0)
+                value += options_.noise * gaussian(options_.noise_seed, key, static_cast<std::uint32_t>(v));
+            row[v] = static_cast<float>(value);
+        }
+        if (options_.nan_at_position && *options_.nan_at_position == position) row[0] = std::nanf("");
+    }
+
+    ToyLMOptions options_;
+    std::vector<Token> cache_;
+    std::vector<float> logits_;
+    std::size_t forward_calls_ = 0;
+};
+
+}  // namespace specdec::test
