@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds specdec-bench and runs it. With no
+# arguments it compares speculative and autoregressive decoding on the
+# embedded synthetic model pair; any arguments are passed to specdec-bench
+# (try --help).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build --target specdec-bench -j"${SPECDEC_JOBS:-2}"
+exec ./build/benchmarks/specdec-bench "$@"

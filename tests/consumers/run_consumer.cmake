@@ -1,0 +1,33 @@
+# Builds and runs tests/consumers/project against specdec in one MODE.
+# Invoked by CTest: cmake -DMODE=... -DSOURCE=... -DBUILD=... -DEXPECT_CPU=... -P run_consumer.cmake
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT code EQUAL 0)
+    message(FATAL_ERROR "command failed (${code}): ${ARGN}\n${out}\n${err}")
+  endif()
+endfunction()
+
+set(work ${BUILD}/consumer-${MODE})
+file(REMOVE_RECURSE ${work})
+file(MAKE_DIRECTORY ${work})
+set(args -DSPECDEC_CONSUME=${MODE} -DSPECDEC_EXPECT_CPU=${EXPECT_CPU} -DCMAKE_BUILD_TYPE=Release)
+
+if(MODE STREQUAL "find_package")
+  # Install the package from a fresh configure of the source tree, as a user would.
+  run(${CMAKE_COMMAND} -S ${SOURCE} -B ${work}/specdec-build -DSPECDEC_BUILD_TESTS=OFF
+      -DSPECDEC_BUILD_BENCHMARKS=OFF -DSPECDEC_BUILD_EXAMPLES=OFF -DSPECDEC_INSTALL=ON -DSPECDEC_CUDA=OFF)
+  run(${CMAKE_COMMAND} --install ${work}/specdec-build --prefix ${work}/prefix)
+  list(APPEND args -DCMAKE_PREFIX_PATH=${work}/prefix)
+elseif(MODE STREQUAL "add_subdirectory")
+  list(APPEND args -DSPECDEC_SOURCE=${SOURCE} -DSPECDEC_CUDA=OFF)
+elseif(MODE STREQUAL "fetch_content")
+  # Pack the package's files into an archive and let FetchContent download it by URL.
+  run(${CMAKE_COMMAND} -E chdir ${SOURCE} ${CMAKE_COMMAND} -E tar czf ${work}/specdec.tar.gz
+      CMakeLists.txt LICENSE include cmake)
+  list(APPEND args -DSPECDEC_ARCHIVE=file://${work}/specdec.tar.gz -DSPECDEC_CUDA=OFF)
+endif()
+
+run(${CMAKE_COMMAND} -S ${SOURCE}/tests/consumers/project -B ${work}/build ${args})
+run(${CMAKE_COMMAND} --build ${work}/build)
+run(${work}/build/consumer)
+message(STATUS "consumer via ${MODE}: ok")
