@@ -1,0 +1,355 @@
+#pragma once
+// The tokenizer stored in a GGUF file's metadata, for the two models the
+// reference Llama-family checkpoints use:
+//
+//   "llama"  SentencePiece-style (tokenizer_spm.hpp): scores decide merges,
+//            U+2581 stands for a space, <0xXX> tokens cover any other byte.
+//   "gpt2"   byte-level BPE (tokenizer_bpe.hpp): merge rules decide merges,
+//            every byte has a printable stand-in character.
+//
+// Keys read: tokenizer.ggml.model, .tokens, .scores, .token_type, .merges,
+// .bos_token_id, .eos_token_id, .unknown_token_id, .add_bos_token,
+// .add_eos_token, .add_space_prefix. User-defined tokens (token type 4) are
+// matched literally in the text before the model runs, as llama.cpp does.
+//
+// Decoding is byte-exact: decode(encode(text)) == text for any text the
+// vocabulary covers (with byte tokens: any text), given add_bos = true for a
+// "llama" model — the space prefix encode adds is dropped again after BOS.
+// Control tokens (BOS, EOS, ...) decode to nothing.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "specdec/core/error.hpp"
+#include "specdec/core/types.hpp"
+#include "specdec/models/gguf.hpp"
+#include "specdec/models/tokenizer_bpe.hpp"
+#include "specdec/models/tokenizer_spm.hpp"
+#include "specdec/models/tokenizer_utf8.hpp"
+#include "specdec/models/tokenizer_vocab.hpp"
+
+namespace specdec {
+
+enum class TokenizerModel {
+    sentencepiece,   // tokenizer.ggml.model = "llama"
+    byte_level_bpe,  // tokenizer.ggml.model = "gpt2"
+};
+
+class Tokenizer {
+public:
+    static Tokenizer from_gguf(const gguf::File& file) {
+        Tokenizer tokenizer;
+        tokenizer.load(file);
+        return tokenizer;
+    }
+
+    // Tokens of `text`, preceded by BOS when add_bos (an Error if the vocabulary
+    // has none). add_bos_by_default() says what the model file asks for.
+    [[nodiscard]] std::vector<Token> encode(std::string_view text, bool add_bos = true) const {
+        std::vector<Token> tokens;
+        if (add_bos) {
+            if (bos_ < 0) throw Error("tokenizer: BOS requested but the vocabulary has no BOS token");
+            tokens.push_back(bos_);
+        }
+        if (text.empty()) return tokens;
+        bool first_fragment = true;
+        for (const Fragment& fragment : split_user_defined(text)) {
+            if (fragment.token) {
+                tokens.push_back(*fragment.token);
+            } else if (model_ == TokenizerModel::sentencepiece) {
+                // The space prefix marks the start of the text only, so that
+                // decoding after BOS can drop it again exactly.
+                const std::string escaped = detail::spm_escape_spaces(fragment.text, add_space_prefix_ && first_fragment);
+                detail::spm_encode(vocab_, escaped, unknown_, tokens);
+            } else {
+                for (const std::string_view word : detail::gpt2_pretokenize(fragment.text)) {
+                    detail::bpe_encode_word(vocab_, merge_ranks_, word, unknown_, tokens);
+                }
+            }
+            first_fragment = false;
+        }
+        return tokens;
+    }
+
+    [[nodiscard]] std::string decode(std::span<const Token> tokens) const {
+        std::string text;
+        bool after_bos = false;
+        for (const Token token : tokens) append_text(token, text, after_bos);
+        return text;
+    }
+
+    // The piece as stored in the vocabulary ("▁time", "<0x0A>", "Ġworld").
+    [[nodiscard]] std::string token_piece(Token token) const { return vocab_.pieces[checked(token)]; }
+    // The bytes the token decodes to on its own (no BOS context).
+    [[nodiscard]] const std::string& token_text(Token token) const { return texts_[checked(token)]; }
+    [[nodiscard]] TokenKind token_kind(Token token) const { return vocab_.kinds[checked(token)]; }
+    [[nodiscard]] float token_score(Token token) const { return vocab_.scores[checked(token)]; }
+    // The id of a piece the model can produce from text, if any.
+    [[nodiscard]] std::optional<Token> find_token(std::string_view piece) const { return vocab_.find(piece); }
+
+    // -1 when the vocabulary has no such token (then has_bos() etc. are false).
+    [[nodiscard]] Token bos() const { return bos_; }
+    [[nodiscard]] Token eos() const { return eos_; }
+    [[nodiscard]] Token unknown() const { return unknown_; }
+    [[nodiscard]] bool has_bos() const { return bos_ >= 0; }
+    [[nodiscard]] bool has_eos() const { return eos_ >= 0; }
+    [[nodiscard]] bool add_bos_by_default() const { return add_bos_; }
+    [[nodiscard]] bool add_eos_by_default() const { return add_eos_; }
+    [[nodiscard]] bool add_space_prefix() const { return add_space_prefix_; }
+    [[nodiscard]] TokenizerModel model() const { return model_; }
+    [[nodiscard]] std::size_t vocab_size() const { return vocab_.size(); }
+
+    // Incremental decoding for streaming output: push() returns the text that
+    // became complete, holding back the bytes of a UTF-8 character whose
+    // remaining bytes are still to come (e.g. "é" split over two byte tokens).
+    // Bytes that can never form valid UTF-8 are passed through, not held.
+    // The concatenation of all push() results and flush() equals decode() of
+    // the same tokens.
+    class StreamDecoder {
+    public:
+        explicit StreamDecoder(const Tokenizer& tokenizer) : tokenizer_(&tokenizer) {}
+
+        std::string push(Token token) {
+            tokenizer_->append_text(token, pending_, after_bos_);
+            const std::size_t held = detail::incomplete_utf8_suffix(pending_);
+            std::string complete = pending_.substr(0, pending_.size() - held);
+            pending_.erase(0, pending_.size() - held);
+            return complete;
+        }
+
+        // Whatever is held back (an incomplete character at the end of the stream).
+        std::string flush() { return std::exchange(pending_, std::string()); }
+
+    private:
+        const Tokenizer* tokenizer_;
+        std::string pending_;
+        bool after_bos_ = false;
+    };
+
+private:
+    Tokenizer() = default;
+
+    struct Fragment {
+        std::string_view text;
+        std::optional<Token> token;  // set for a user-defined token
+    };
+
+    std::size_t checked(Token token) const {
+        if (token < 0 || static_cast<std::size_t>(token) >= vocab_.size()) {
+            throw Error("tokenizer: token id " + std::to_string(token) + " is out of range (vocabulary of " +
+                        std::to_string(vocab_.size()) + " tokens)");
+        }
+        return static_cast<std::size_t>(token);
+    }
+
+    // Decoding shares one rule between decode() and StreamDecoder: with a space
+    // prefix, the first text after a BOS loses its leading space (the prefix
+    // encode added). Control tokens in between keep the rule pending.
+    void append_text(Token token, std::string& out, bool& after_bos) const {
+        const std::size_t index = checked(token);
+        if (token == bos_) {
+            after_bos = add_space_prefix_;
+            return;
+        }
+        std::string_view text = texts_[index];
+        if (text.empty()) return;
+        if (after_bos && text.front() == ' ') text.remove_prefix(1);
+        after_bos = false;
+        out += text;
+    }
+
+    // Splits the text at occurrences of user-defined tokens (longest match first).
+    std::vector<Fragment> split_user_defined(std::string_view text) const {
+        if (vocab_.user_defined.empty()) return {Fragment{text, std::nullopt}};
+        std::vector<Fragment> fragments;
+        std::size_t plain_begin = 0;
+        for (std::size_t position = 0; position < text.size();) {
+            const std::string* match = nullptr;
+            for (const std::string& piece : vocab_.user_defined) {
+                if (text.substr(position, piece.size()) == piece) {
+                    match = &piece;
+                    break;  // sorted longest first
+                }
+            }
+            if (match == nullptr) {
+                ++position;
+                continue;
+            }
+            if (position > plain_begin) fragments.push_back({text.substr(plain_begin, position - plain_begin), {}});
+            fragments.push_back({text.substr(position, match->size()), vocab_.find(*match)});
+            position += match->size();
+            plain_begin = position;
+        }
+        if (plain_begin < text.size()) fragments.push_back({text.substr(plain_begin), std::nullopt});
+        return fragments;
+    }
+
+    [[noreturn]] static void fail(const gguf::File& file, const std::string& problem) {
+        throw Error("tokenizer: " + problem + " in GGUF file '" + file.path().string() + "'");
+    }
+
+    // A special token id from the metadata: absent -> fallback; the value
+    // 0xFFFFFFFF (llama.cpp's "none" written as uint32) -> none.
+    Token special_token(const gguf::File& file, std::string_view key, Token fallback) const {
+        const std::optional<std::uint64_t> id = file.find_uint(key);
+        if (!id) return fallback < static_cast<Token>(vocab_.size()) ? fallback : -1;
+        if (*id == 0xFFFFFFFFu || *id == std::numeric_limits<std::uint64_t>::max()) return -1;
+        if (*id >= vocab_.size()) {
+            fail(file, std::string(key) + " = " + std::to_string(*id) + " is out of range (vocabulary of " +
+                           std::to_string(vocab_.size()) + " tokens)");
+        }
+        return static_cast<Token>(*id);
+    }
+
+    void load(const gguf::File& file) {
+        const std::optional<std::string> model = file.find_string("tokenizer.ggml.model");
+        if (!model) fail(file, "missing tokenizer.ggml.model");
+        if (*model == "llama") {
+            model_ = TokenizerModel::sentencepiece;
+        } else if (*model == "gpt2") {
+            model_ = TokenizerModel::byte_level_bpe;
+        } else {
+            fail(file, "unsupported tokenizer model '" + *model + "' (supported: llama, gpt2)");
+        }
+        load_vocabulary(file);
+        if (model_ == TokenizerModel::byte_level_bpe) load_merges(file);
+
+        const bool spm = model_ == TokenizerModel::sentencepiece;
+        // llama.cpp's defaults for SentencePiece vocabularies: <unk> 0, <s> 1, </s> 2.
+        bos_ = special_token(file, "tokenizer.ggml.bos_token_id", spm ? 1 : -1);
+        eos_ = special_token(file, "tokenizer.ggml.eos_token_id", spm ? 2 : -1);
+        unknown_ = special_token(file, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1);
+        add_bos_ = file.find_bool("tokenizer.ggml.add_bos_token").value_or(spm);
+        add_eos_ = file.find_bool("tokenizer.ggml.add_eos_token").value_or(false);
+        add_space_prefix_ = spm && file.find_bool("tokenizer.ggml.add_space_prefix").value_or(true);
+        // Whatever their type says, BOS and EOS are markers, never text.
+        for (const Token special : {bos_, eos_}) {
+            if (special >= 0) texts_[static_cast<std::size_t>(special)].clear();
+        }
+    }
+
+    void load_vocabulary(const gguf::File& file) {
+        vocab_.pieces = file.get_string_array("tokenizer.ggml.tokens");
+        const std::size_t size = vocab_.pieces.size();
+        if (size == 0) fail(file, "empty tokenizer.ggml.tokens");
+        if (size > static_cast<std::size_t>(std::numeric_limits<Token>::max())) {
+            fail(file, "vocabulary of " + std::to_string(size) + " tokens does not fit 32-bit token ids");
+        }
+        if (file.has("tokenizer.ggml.scores")) {
+            vocab_.scores = file.get_float_array("tokenizer.ggml.scores");
+            if (vocab_.scores.size() != size) {
+                fail(file, "tokenizer.ggml.scores has " + std::to_string(vocab_.scores.size()) + " entries for " +
+                               std::to_string(size) + " tokens");
+            }
+        } else {
+            vocab_.scores.assign(size, 0.0f);
+        }
+        vocab_.kinds.assign(size, TokenKind::normal);
+        if (file.has("tokenizer.ggml.token_type")) {
+            const std::vector<std::int64_t> types = file.get_int_array("tokenizer.ggml.token_type");
+            if (types.size() != size) {
+                fail(file, "tokenizer.ggml.token_type has " + std::to_string(types.size()) + " entries for " +
+                               std::to_string(size) + " tokens");
+            }
+            for (std::size_t i = 0; i < size; ++i) {
+                if (types[i] < 0 || types[i] > static_cast<std::int64_t>(TokenKind::byte)) {
+                    fail(file, "invalid token type " + std::to_string(types[i]) + " of token " + std::to_string(i));
+                }
+                vocab_.kinds[i] = static_cast<TokenKind>(types[i]);
+            }
+        } else if (model_ == TokenizerModel::sentencepiece) {
+            // Without types, recognise byte tokens by their spelling.
+            for (std::size_t i = 0; i < size; ++i) {
+                if (detail::parse_byte_piece(vocab_.pieces[i])) vocab_.kinds[i] = TokenKind::byte;
+            }
+        }
+
+        vocab_.byte_tokens.fill(-1);
+        texts_.resize(size);
+        for (std::size_t i = 0; i < size; ++i) {
+            const std::string& piece = vocab_.pieces[i];
+            const auto token = static_cast<Token>(i);
+            switch (vocab_.kinds[i]) {
+                case TokenKind::byte: {
+                    const auto byte = detail::parse_byte_piece(piece);
+                    if (!byte) fail(file, "byte token " + std::to_string(i) + " is not spelled <0xXX>");
+                    if (vocab_.byte_tokens[*byte] < 0) vocab_.byte_tokens[*byte] = token;
+                    texts_[i] = std::string(1, static_cast<char>(*byte));
+                    break;
+                }
+                case TokenKind::control:
+                case TokenKind::unused:
+                    break;  // decodes to nothing
+                case TokenKind::unknown:
+                    // llama.cpp prints U+2585 for an unknown SentencePiece token.
+                    if (model_ == TokenizerModel::sentencepiece) texts_[i] = "\xE2\x96\x85";
+                    break;
+                case TokenKind::user_defined:
+                    vocab_.text_tokens[piece] = token;
+                    vocab_.user_defined.push_back(piece);
+                    texts_[i] = piece;  // user-defined tokens are literal text
+                    break;
+                case TokenKind::undefined:
+                case TokenKind::normal:
+                    vocab_.text_tokens[piece] = token;
+                    texts_[i] = normal_piece_text(piece);
+                    break;
+            }
+        }
+        std::sort(vocab_.user_defined.begin(), vocab_.user_defined.end(),
+                  [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+        vocab_.user_defined.erase(std::remove(vocab_.user_defined.begin(), vocab_.user_defined.end(), std::string()),
+                                  vocab_.user_defined.end());
+    }
+
+    std::string normal_piece_text(std::string_view piece) const {
+        if (model_ == TokenizerModel::byte_level_bpe) return detail::bpe_piece_bytes(piece);
+        std::string text;
+        text.reserve(piece.size());
+        for (std::size_t position = 0; position < piece.size();) {
+            if (piece.substr(position, detail::spm_space.size()) == detail::spm_space) {
+                text += ' ';
+                position += detail::spm_space.size();
+            } else {
+                text += piece[position++];
+            }
+        }
+        return text;
+    }
+
+    void load_merges(const gguf::File& file) {
+        const std::vector<std::string> merges = file.get_string_array("tokenizer.ggml.merges");
+        merge_ranks_.reserve(merges.size());
+        for (std::size_t rank = 0; rank < merges.size(); ++rank) {
+            // "left right"; neither side contains a plain space in byte-level
+            // vocabularies, but split at the first space after the first
+            // character to be safe with a left side that starts with one.
+            const std::string& rule = merges[rank];
+            const std::size_t split = rule.find(' ', 1);
+            if (split == std::string::npos || split + 1 >= rule.size()) {
+                fail(file, "merge rule " + std::to_string(rank) + " '" + rule + "' is not 'left right'");
+            }
+            merge_ranks_.emplace(rule, rank);  // the first occurrence keeps the lowest rank
+        }
+    }
+
+    TokenizerModel model_ = TokenizerModel::sentencepiece;
+    detail::Vocabulary vocab_;
+    std::vector<std::string> texts_;  // what each token decodes to
+    detail::MergeRanks merge_ranks_;
+    Token bos_ = -1;
+    Token eos_ = -1;
+    Token unknown_ = -1;
+    bool add_bos_ = false;
+    bool add_eos_ = false;
+    bool add_space_prefix_ = false;
+};
+
+}  // namespace specdec
