@@ -1,0 +1,239 @@
+#pragma once
+// Command-line options of specdec-bench. Parsing is strict: an unknown flag, a
+// missing value, a non-numeric number or a value out of range is a UsageError,
+// which main() reports on one line with exit code 2 (a mistake in the command,
+// not a failure of the library).
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace specdec::bench {
+
+class UsageError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+enum class Backend { cpu, cuda };
+
+[[nodiscard]] inline std::string_view to_string(Backend backend) { return backend == Backend::cpu ? "cpu" : "cuda"; }
+
+inline constexpr std::string_view kPromptLookupDraft = "prompt-lookup";
+
+struct BenchOptions {
+    std::optional<std::string> target_path;  // a GGUF file; none = the embedded synthetic target
+    std::optional<std::string> draft_path;   // a GGUF file, or "prompt-lookup"
+    Backend backend = Backend::cpu;
+    // Defaults sized so that the no-argument run finishes in well under three
+    // minutes on a 2-core machine (see benchmarks/README-results.md).
+    std::vector<std::size_t> draft_tokens{1, 2, 3, 4, 6};
+    std::vector<double> temperatures{0.0, 1.0};
+    std::size_t new_tokens = 64;
+    std::optional<std::string> prompt;
+    std::size_t repetitions = 2;
+    std::size_t threads = 0;  // 0 = every hardware thread
+    std::uint64_t seed = 42;
+    std::optional<std::string> json_path;
+    std::optional<std::string> svg_path;
+    std::string synthetic_size = "100m";
+    bool quiet = false;  // no progress indicator
+    bool help = false;
+
+    [[nodiscard]] bool uses_synthetic_target() const { return !target_path.has_value(); }
+    [[nodiscard]] bool uses_prompt_lookup() const { return draft_path && *draft_path == kPromptLookupDraft; }
+};
+
+[[nodiscard]] inline std::string usage_text() {
+    return R"(usage: specdec-bench [options]
+
+Measures speculative decoding against plain autoregressive decoding of the same
+target, interleaved in one process, and compares the measured speedup with the
+speedup Leviathan et al.'s cost model predicts from the measured acceptance and
+costs. With no options it runs the embedded synthetic pair ("100m" target and
+its derived draft) on the CPU.
+
+models
+  --target FILE.gguf        target model (needs --draft)
+  --draft FILE.gguf|prompt-lookup
+                            draft model, or the model-free prompt-lookup drafter
+  --synthetic-size tiny|100m
+                            size of the embedded synthetic pair (default 100m)
+  --backend cpu|cuda        where the models run (default cpu)
+  --threads N               CPU threads (default: all hardware threads)
+
+what to measure
+  --draft-tokens LIST       draft lengths k, comma-separated (default 1,2,3,4,6)
+  --temperatures LIST       sampling temperatures, 0 = greedy (default 0,1)
+  --new-tokens N            tokens generated per run (default 64)
+  --prompt TEXT             prompt text (GGUF models; synthetic models use a seeded token prompt)
+  --repetitions N           interleaved autoregressive/speculative pairs per configuration (default 2)
+  --seed N                  seed of every random choice (default 42)
+
+output
+  --json FILE               write the full report as JSON
+  --svg FILE                plot speedup, predicted speedup and acceptance against k
+  --quiet                   no progress indicator on stderr
+  --help                    this text
+
+exit status: 0 success, 1 the library reported an error, 2 bad command line
+)";
+}
+
+namespace detail {
+
+[[nodiscard]] inline std::size_t parse_count(std::string_view flag, std::string_view text, std::size_t minimum) {
+    std::size_t value = 0;
+    const char* end = text.data() + text.size();
+    const auto [ptr, error] = std::from_chars(text.data(), end, value);
+    if (text.empty() || error != std::errc{} || ptr != end) {
+        throw UsageError(std::string(flag) + ": '" + std::string(text) + "' is not a non-negative integer");
+    }
+    if (value < minimum) {
+        throw UsageError(std::string(flag) + ": " + std::to_string(value) + " is too small, expected at least " +
+                         std::to_string(minimum));
+    }
+    return value;
+}
+
+[[nodiscard]] inline double parse_temperature(std::string_view flag, std::string_view text) {
+    const std::string copy(text);
+    char* end = nullptr;
+    const double value = copy.empty() ? 0.0 : std::strtod(copy.c_str(), &end);
+    if (copy.empty() || end != copy.c_str() + copy.size()) {
+        throw UsageError(std::string(flag) + ": '" + copy + "' is not a number");
+    }
+    if (!std::isfinite(value) || value < 0.0) {
+        throw UsageError(std::string(flag) + ": temperature " + copy + " is invalid, expected a finite value >= 0 (0 = greedy)");
+    }
+    return value;
+}
+
+[[nodiscard]] inline std::vector<std::string_view> split_list(std::string_view flag, std::string_view text) {
+    std::vector<std::string_view> items;
+    std::size_t start = 0;
+    while (true) {
+        const std::size_t comma = text.find(',', start);
+        const std::string_view item = text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+        if (item.empty()) throw UsageError(std::string(flag) + ": empty item in list '" + std::string(text) + "'");
+        items.push_back(item);
+        if (comma == std::string_view::npos) break;
+        start = comma + 1;
+    }
+    return items;
+}
+
+inline void require_file(std::string_view flag, const std::string& path) {
+    std::error_code error;
+    if (!std::filesystem::is_regular_file(path, error)) {
+        throw UsageError(std::string(flag) + ": no such file '" + path + "'");
+    }
+}
+
+}  // namespace detail
+
+// Parses argv[1..]. Accepts "--flag value" and "--flag=value".
+[[nodiscard]] inline BenchOptions parse_options(std::span<const std::string_view> arguments) {
+    BenchOptions options;
+    bool synthetic_size_given = false;
+    for (std::size_t i = 0; i < arguments.size(); ++i) {
+        std::string_view flag = arguments[i];
+        std::optional<std::string_view> inline_value;
+        if (const std::size_t equals = flag.find('='); flag.starts_with("--") && equals != std::string_view::npos) {
+            inline_value = flag.substr(equals + 1);
+            flag = flag.substr(0, equals);
+        }
+        auto value = [&]() -> std::string_view {
+            if (inline_value) return *inline_value;
+            if (i + 1 >= arguments.size()) throw UsageError(std::string(flag) + ": missing value");
+            return arguments[++i];
+        };
+        auto no_value = [&] {
+            if (inline_value) throw UsageError(std::string(flag) + " takes no value");
+        };
+
+        if (flag == "--help" || flag == "-h") {
+            no_value();
+            options.help = true;
+        } else if (flag == "--quiet") {
+            no_value();
+            options.quiet = true;
+        } else if (flag == "--target") {
+            options.target_path = std::string(value());
+        } else if (flag == "--draft") {
+            options.draft_path = std::string(value());
+        } else if (flag == "--backend") {
+            const std::string_view name = value();
+            if (name == "cpu") options.backend = Backend::cpu;
+            else if (name == "cuda") options.backend = Backend::cuda;
+            else throw UsageError("--backend: '" + std::string(name) + "' is not a backend, expected cpu or cuda");
+        } else if (flag == "--draft-tokens") {
+            options.draft_tokens.clear();
+            for (const std::string_view item : detail::split_list(flag, value())) {
+                options.draft_tokens.push_back(detail::parse_count(flag, item, 1));
+            }
+            std::sort(options.draft_tokens.begin(), options.draft_tokens.end());
+            options.draft_tokens.erase(std::unique(options.draft_tokens.begin(), options.draft_tokens.end()),
+                                       options.draft_tokens.end());
+        } else if (flag == "--temperatures" || flag == "--temperature") {
+            options.temperatures.clear();
+            for (const std::string_view item : detail::split_list(flag, value())) {
+                const double temperature = detail::parse_temperature(flag, item);
+                if (std::find(options.temperatures.begin(), options.temperatures.end(), temperature) ==
+                    options.temperatures.end())
+                    options.temperatures.push_back(temperature);
+            }
+        } else if (flag == "--new-tokens") {
+            options.new_tokens = detail::parse_count(flag, value(), 1);
+        } else if (flag == "--prompt") {
+            options.prompt = std::string(value());
+        } else if (flag == "--repetitions") {
+            options.repetitions = detail::parse_count(flag, value(), 1);
+        } else if (flag == "--threads") {
+            options.threads = detail::parse_count(flag, value(), 1);
+        } else if (flag == "--seed") {
+            options.seed = detail::parse_count(flag, value(), 0);
+        } else if (flag == "--json") {
+            options.json_path = std::string(value());
+        } else if (flag == "--svg") {
+            options.svg_path = std::string(value());
+        } else if (flag == "--synthetic-size") {
+            const std::string_view size = value();
+            if (size != "tiny" && size != "100m")
+                throw UsageError("--synthetic-size: '" + std::string(size) + "' is not a size, expected tiny or 100m");
+            options.synthetic_size = std::string(size);
+            synthetic_size_given = true;
+        } else {
+            throw UsageError("unknown option '" + std::string(arguments[i]) + "' (see --help)");
+        }
+    }
+    if (options.help) return options;
+
+    if (options.target_path) {
+        detail::require_file("--target", *options.target_path);
+        if (!options.draft_path)
+            throw UsageError("--target needs --draft (a GGUF file sharing the target's tokenizer, or prompt-lookup)");
+        if (synthetic_size_given) throw UsageError("--synthetic-size applies to the embedded models, not with --target");
+    } else if (options.draft_path && !options.uses_prompt_lookup()) {
+        throw UsageError("--draft FILE needs --target FILE (only prompt-lookup can draft for the synthetic target)");
+    }
+    if (options.draft_path && !options.uses_prompt_lookup()) detail::require_file("--draft", *options.draft_path);
+    return options;
+}
+
+[[nodiscard]] inline BenchOptions parse_options(int argc, const char* const* argv) {
+    std::vector<std::string_view> arguments;
+    for (int i = 1; i < argc; ++i) arguments.emplace_back(argv[i]);
+    return parse_options(std::span<const std::string_view>(arguments));
+}
+
+}  // namespace specdec::bench

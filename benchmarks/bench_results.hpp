@@ -1,0 +1,138 @@
+#pragma once
+// What one specdec-bench run measured, and the quantities derived from it.
+// Plain data: the runner fills it, the table/JSON/SVG writers read it.
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cost_model.hpp"
+
+namespace specdec::bench {
+
+struct MachineInfo {
+    std::string cpu;
+    std::size_t threads = 0;
+    std::string backend;
+};
+
+struct ModelInfo {
+    std::string name;
+    std::string type;  // e.g. "llama F32", "llama Q4_0", "prompt-lookup"
+    std::uint64_t parameters = 0;
+    std::uint64_t bytes = 0;
+    bool synthetic = false;
+};
+
+// Timings of single forward passes, measured once per run with the prompt in
+// the cache (medians of several calls): the c and v_k of the cost model.
+struct CostMeasurement {
+    double target_step_seconds = 0.0;  // target forward of 1 token
+    double draft_step_seconds = 0.0;   // draft forward of 1 token (prompt lookup: one proposal)
+    std::vector<std::size_t> verified_tokens;      // k + 1 for each measured k
+    std::vector<double> verification_seconds;      // target forward of k + 1 tokens
+
+    [[nodiscard]] double cost_ratio() const {
+        return target_step_seconds > 0.0 ? draft_step_seconds / target_step_seconds : 0.0;
+    }
+    [[nodiscard]] double verification_cost_ratio(std::size_t draft_tokens) const {
+        for (std::size_t i = 0; i < verified_tokens.size(); ++i) {
+            if (verified_tokens[i] == draft_tokens + 1 && target_step_seconds > 0.0)
+                return verification_seconds[i] / target_step_seconds;
+        }
+        return 1.0;
+    }
+};
+
+// One (temperature, draft length) configuration: `repetitions` interleaved
+// pairs of an autoregressive and a speculative generation, summed.
+struct ConfigurationResult {
+    double temperature = 0.0;
+    std::size_t draft_tokens = 0;
+    std::size_t repetitions = 0;
+
+    std::size_t autoregressive_tokens = 0;
+    double autoregressive_seconds = 0.0;
+
+    std::size_t speculative_tokens = 0;
+    double speculative_seconds = 0.0;
+    std::size_t target_forward_passes = 0;
+    std::size_t draft_forward_passes = 0;
+    std::size_t draft_tokens_proposed = 0;
+    std::size_t draft_tokens_accepted = 0;
+    std::vector<std::size_t> proposed_at_position;
+    std::vector<std::size_t> accepted_at_position;
+    double draft_seconds = 0.0;
+    double target_seconds = 0.0;
+    double acceptance_seconds = 0.0;
+
+    double cost_ratio = 0.0;               // c
+    double verification_cost_ratio = 1.0;  // v_k
+
+    // Temperature 0 only: did speculative decoding emit exactly the autoregressive tokens?
+    std::optional<bool> greedy_match;
+    std::optional<std::size_t> first_mismatch;  // index of the first differing token
+
+    [[nodiscard]] double autoregressive_tokens_per_second() const {
+        return autoregressive_seconds > 0.0 ? autoregressive_tokens / autoregressive_seconds : 0.0;
+    }
+    [[nodiscard]] double speculative_tokens_per_second() const {
+        return speculative_seconds > 0.0 ? speculative_tokens / speculative_seconds : 0.0;
+    }
+    [[nodiscard]] double speedup() const {
+        const double baseline = autoregressive_tokens_per_second();
+        return baseline > 0.0 ? speculative_tokens_per_second() / baseline : 0.0;
+    }
+    // The decoder's definition: accepted drafts / proposed drafts.
+    [[nodiscard]] double acceptance_rate() const {
+        return draft_tokens_proposed == 0 ? 0.0 : static_cast<double>(draft_tokens_accepted) / draft_tokens_proposed;
+    }
+    // The cost model's alpha: accepted drafts / drafts that were actually tested.
+    [[nodiscard]] double alpha() const { return per_token_acceptance(proposed_at_position, accepted_at_position); }
+    [[nodiscard]] double mean_accepted() const {
+        return target_forward_passes == 0 ? 0.0 : static_cast<double>(draft_tokens_accepted) / target_forward_passes;
+    }
+    [[nodiscard]] double mean_tokens_per_target_pass() const {
+        return target_forward_passes == 0 ? 0.0 : static_cast<double>(speculative_tokens) / target_forward_passes;
+    }
+    [[nodiscard]] std::vector<double> per_position_acceptance() const {
+        std::vector<double> rates;
+        for (std::size_t i = 0; i < proposed_at_position.size(); ++i)
+            rates.push_back(proposed_at_position[i] == 0 ? 0.0
+                                                         : static_cast<double>(accepted_at_position[i]) / proposed_at_position[i]);
+        return rates;
+    }
+    [[nodiscard]] double expected_tokens_per_pass() const {
+        return bench::expected_tokens_per_pass(alpha(), draft_tokens);
+    }
+    [[nodiscard]] double predicted_speedup() const {
+        return bench::predicted_speedup(alpha(), draft_tokens, cost_ratio, verification_cost_ratio);
+    }
+    [[nodiscard]] double efficiency() const {
+        const double predicted = predicted_speedup();
+        return predicted > 0.0 ? speedup() / predicted : 0.0;
+    }
+};
+
+struct BenchReport {
+    MachineInfo machine;
+    ModelInfo target;
+    ModelInfo draft;
+    std::size_t prompt_tokens = 0;
+    std::string prompt_text;  // empty for a seeded token prompt
+    std::size_t new_tokens = 0;
+    std::size_t repetitions = 0;
+    std::uint64_t seed = 0;
+    CostMeasurement costs;
+    std::vector<ConfigurationResult> configurations;
+    double wall_seconds = 0.0;
+
+    [[nodiscard]] bool all_greedy_runs_match() const {
+        for (const auto& configuration : configurations)
+            if (configuration.greedy_match && !*configuration.greedy_match) return false;
+        return true;
+    }
+};
+
+}  // namespace specdec::bench

@@ -1,0 +1,150 @@
+#pragma once
+// The measurement loop. For each (temperature, draft length) it alternates an
+// autoregressive and a speculative generation of the same prompt with the same
+// seed, `repetitions` times: interleaving spreads slow drifts of the machine
+// (frequency scaling, other processes) evenly over both methods.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <chrono>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "specdec/specdec.hpp"
+
+#include "bench_results.hpp"
+#include "cost_measurement.hpp"
+
+namespace specdec::bench {
+
+struct RunSettings {
+    std::vector<std::size_t> draft_tokens{1, 2, 3, 4, 6};
+    std::vector<double> temperatures{0.0, 1.0};
+    std::size_t new_tokens = 64;
+    std::size_t repetitions = 2;
+    std::uint64_t seed = 42;
+};
+
+struct ProgressStep {
+    std::size_t configuration = 0;  // 1-based
+    std::size_t configurations = 0;
+    double temperature = 0.0;
+    std::size_t draft_tokens = 0;
+    std::size_t repetition = 0;  // 1-based
+    std::size_t repetitions = 0;
+};
+
+using ProgressCallback = std::function<void(const ProgressStep&)>;
+
+namespace detail {
+
+inline void add_speculative_stats(ConfigurationResult& result, const GenerationStats& stats) {
+    result.speculative_tokens += stats.generated_tokens;
+    result.speculative_seconds += stats.total_seconds;
+    result.target_forward_passes += stats.target_forward_passes;
+    result.draft_forward_passes += stats.draft_forward_passes;
+    result.draft_tokens_proposed += stats.draft_tokens_proposed;
+    result.draft_tokens_accepted += stats.draft_tokens_accepted;
+    result.draft_seconds += stats.draft_seconds;
+    result.target_seconds += stats.target_seconds;
+    result.acceptance_seconds += stats.acceptance_seconds;
+    const std::size_t positions = stats.proposed_at_position.size();
+    if (result.proposed_at_position.size() < positions) {
+        result.proposed_at_position.resize(positions, 0);
+        result.accepted_at_position.resize(positions, 0);
+    }
+    for (std::size_t i = 0; i < positions; ++i) {
+        result.proposed_at_position[i] += stats.proposed_at_position[i];
+        result.accepted_at_position[i] += stats.accepted_at_position[i];
+    }
+}
+
+// Records the first repetition whose speculative tokens differ from the
+// autoregressive ones (greedy decoding must reproduce them exactly).
+inline void check_greedy_match(ConfigurationResult& result, const std::vector<Token>& autoregressive,
+                               const std::vector<Token>& speculative) {
+    if (result.greedy_match && !*result.greedy_match) return;
+    const auto [ar_it, spec_it] = std::mismatch(autoregressive.begin(), autoregressive.end(), speculative.begin(), speculative.end());
+    const bool equal = ar_it == autoregressive.end() && spec_it == speculative.end();
+    result.greedy_match = equal;
+    if (!equal) result.first_mismatch = static_cast<std::size_t>(ar_it - autoregressive.begin());
+}
+
+}  // namespace detail
+
+// Draft: a CausalLM draft model or a Drafter (e.g. PromptLookupDrafter).
+template <class Draft, CausalLM Target>
+[[nodiscard]] std::vector<ConfigurationResult> run_configurations(Draft& draft, Target& target,
+                                                                  std::span<const Token> prompt,
+                                                                  const RunSettings& settings,
+                                                                  const CostMeasurement& costs,
+                                                                  const ProgressCallback& progress = {}) {
+    std::vector<ConfigurationResult> results;
+    const std::size_t total = settings.temperatures.size() * settings.draft_tokens.size();
+    for (const double temperature : settings.temperatures) {
+        for (const std::size_t k : settings.draft_tokens) {
+            DecodingOptions options{
+                .draft_tokens = k,
+                .sampling = SamplingOptions{.temperature = temperature},
+                .seed = settings.seed,
+                .max_new_tokens = settings.new_tokens,
+            };
+            AutoregressiveDecoder<Target> autoregressive(target, options);
+            SpeculativeDecoder<Draft, Target> speculative(draft, target, options);
+
+            ConfigurationResult result;
+            result.temperature = temperature;
+            result.draft_tokens = k;
+            result.repetitions = settings.repetitions;
+            result.cost_ratio = costs.cost_ratio();
+            result.verification_cost_ratio = costs.verification_cost_ratio(k);
+            for (std::size_t repetition = 0; repetition < settings.repetitions; ++repetition) {
+                if (progress) progress(ProgressStep{results.size() + 1, total, temperature, k, repetition + 1, settings.repetitions});
+                const GenerationResult baseline = autoregressive.generate(prompt);
+                result.autoregressive_tokens += baseline.stats.generated_tokens;
+                result.autoregressive_seconds += baseline.stats.total_seconds;
+
+                const GenerationResult fast = speculative.generate(prompt);
+                detail::add_speculative_stats(result, fast.stats);
+                if (temperature == 0.0) detail::check_greedy_match(result, baseline.tokens, fast.tokens);
+            }
+            results.push_back(std::move(result));
+        }
+    }
+    return results;
+}
+
+// Everything a report needs besides the measurements.
+struct BenchInputs {
+    MachineInfo machine;
+    ModelInfo target;
+    ModelInfo draft;
+    std::vector<Token> prompt;
+    std::string prompt_text;  // empty for a token prompt
+    RunSettings settings;
+    CostMeasurementSettings cost_settings{};
+};
+
+// Measures c and v_k, then runs every configuration: one complete report.
+template <class Draft, CausalLM Target>
+[[nodiscard]] BenchReport run_benchmark(Draft& draft, Target& target, const BenchInputs& inputs,
+                                        const ProgressCallback& progress = {}) {
+    const auto start = detail::Clock::now();
+    BenchReport report;
+    report.machine = inputs.machine;
+    report.target = inputs.target;
+    report.draft = inputs.draft;
+    report.prompt_tokens = inputs.prompt.size();
+    report.prompt_text = inputs.prompt_text;
+    report.new_tokens = inputs.settings.new_tokens;
+    report.repetitions = inputs.settings.repetitions;
+    report.seed = inputs.settings.seed;
+    report.costs = measure_costs(draft, target, inputs.prompt, inputs.settings.draft_tokens, inputs.cost_settings);
+    report.configurations = run_configurations(draft, target, inputs.prompt, inputs.settings, report.costs, progress);
+    report.wall_seconds = std::chrono::duration<double>(detail::Clock::now() - start).count();
+    return report;
+}
+
+}  // namespace specdec::bench

@@ -1,0 +1,97 @@
+#pragma once
+// Measures the cost model's c and v_k directly: single forward passes of the
+// target and the draft with the prompt already in the cache, timed on the same
+// machine in the same process as the generations they explain.
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "specdec/specdec.hpp"
+
+#include "bench_results.hpp"
+
+namespace specdec::bench {
+
+namespace detail {
+
+using Clock = std::chrono::steady_clock;
+
+[[nodiscard]] inline double median(std::vector<double> values) {
+    if (values.empty()) return 0.0;
+    std::sort(values.begin(), values.end());
+    const std::size_t middle = values.size() / 2;
+    return values.size() % 2 == 1 ? values[middle] : 0.5 * (values[middle - 1] + values[middle]);
+}
+
+// Tokens to feed after the prompt: the prompt's own ids, cycled (always valid ids).
+[[nodiscard]] inline std::vector<Token> filler_tokens(std::span<const Token> prompt, std::size_t count) {
+    std::vector<Token> tokens(count);
+    for (std::size_t i = 0; i < count; ++i) tokens[i] = prompt[i % prompt.size()];
+    return tokens;
+}
+
+// Median seconds of model.forward(`tokens` tokens) appended after the prompt.
+// One untimed call first: the first pass touches cold weights and caches.
+template <CausalLM Model>
+[[nodiscard]] double time_forward(Model& model, std::span<const Token> prompt, std::size_t tokens, std::size_t samples) {
+    model.truncate(0);
+    (void)model.forward(prompt);
+    const std::vector<Token> feed = filler_tokens(prompt, tokens);
+    std::vector<double> seconds;
+    for (std::size_t i = 0; i <= samples; ++i) {
+        const auto start = Clock::now();
+        (void)model.forward(feed);
+        const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+        if (i > 0) seconds.push_back(elapsed);
+        model.truncate(prompt.size());
+    }
+    model.truncate(0);
+    return median(std::move(seconds));
+}
+
+// A model-free drafter has no forward pass: its step cost is one proposal.
+template <Drafter D>
+[[nodiscard]] double time_proposal(D& drafter, std::span<const Token> prompt, std::size_t samples) {
+    const SamplingOptions sampling{};
+    const CounterRng rng{0};
+    std::vector<double> seconds;
+    drafter.reset();
+    for (std::size_t i = 0; i <= samples; ++i) {
+        const auto start = Clock::now();
+        const DraftProposal proposal = drafter.propose(DraftRequest{prompt, 1, sampling, rng});
+        const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+        (void)proposal;
+        if (i > 0) seconds.push_back(elapsed);
+    }
+    return median(std::move(seconds));
+}
+
+}  // namespace detail
+
+struct CostMeasurementSettings {
+    std::size_t step_samples = 5;          // 1-token forwards per model
+    std::size_t verification_samples = 3;  // (k+1)-token target forwards per k
+};
+
+template <class Draft, CausalLM Target>
+[[nodiscard]] CostMeasurement measure_costs(Draft& draft, Target& target, std::span<const Token> prompt,
+                                            std::span<const std::size_t> draft_lengths,
+                                            const CostMeasurementSettings& settings = {}) {
+    CostMeasurement costs;
+    costs.target_step_seconds = detail::time_forward(target, prompt, 1, settings.step_samples);
+    if constexpr (CausalLM<Draft>) {
+        costs.draft_step_seconds = detail::time_forward(draft, prompt, 1, settings.step_samples);
+    } else {
+        costs.draft_step_seconds = detail::time_proposal(draft, prompt, settings.step_samples);
+    }
+    for (const std::size_t k : draft_lengths) {
+        if (prompt.size() + k + 1 > target.context_length()) continue;  // cannot be verified in this context anyway
+        costs.verified_tokens.push_back(k + 1);
+        costs.verification_seconds.push_back(detail::time_forward(target, prompt, k + 1, settings.verification_samples));
+    }
+    return costs;
+}
+
+}  // namespace specdec::bench

@@ -1,0 +1,178 @@
+#pragma once
+// Turns the command line into a target, a draft and a prompt: the embedded
+// synthetic pair, GGUF files, or the prompt-lookup drafter; on the CPU, or on
+// CUDA when the benchmark was built with it. Problems the user can fix on the
+// command line (mismatched vocabularies, a backend that is not there) are
+// UsageErrors; a broken model file is the library's specdec::Error.
+#include <algorithm>
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "specdec/specdec.hpp"
+#include "specdec/models/gguf.hpp"
+#include "specdec/models/llama_gguf.hpp"
+#include "specdec/models/llama_model.hpp"
+#include "specdec/models/synthetic.hpp"
+#if __has_include("specdec/models/tokenizer.hpp")
+#include "specdec/models/tokenizer.hpp"
+#define SPECDEC_BENCH_HAS_TOKENIZER 1
+#endif
+#ifdef SPECDEC_BENCH_WITH_CUDA
+#include "specdec/backends/cuda/device.hpp"
+#include "specdec/backends/cuda/llama_model.hpp"
+#endif
+
+#include "bench_options.hpp"
+#include "bench_results.hpp"
+
+namespace specdec::bench {
+
+inline constexpr std::string_view kDefaultTextPrompt = "Once upon a time";
+inline constexpr std::size_t kSyntheticPromptTokens = 16;
+
+using TargetModel = std::variant<std::unique_ptr<LlamaModel>
+#ifdef SPECDEC_BENCH_WITH_CUDA
+                                 ,
+                                 std::unique_ptr<cuda::CudaLlamaModel>
+#endif
+                                 >;
+using DraftModel = std::variant<std::unique_ptr<LlamaModel>, std::unique_ptr<PromptLookupDrafter>
+#ifdef SPECDEC_BENCH_WITH_CUDA
+                                ,
+                                std::unique_ptr<cuda::CudaLlamaModel>
+#endif
+                                >;
+
+struct ModelSetup {
+    TargetModel target;
+    DraftModel draft;
+    ModelInfo target_info;
+    ModelInfo draft_info;
+    std::vector<Token> prompt;
+    std::string prompt_text;  // empty for a seeded token prompt
+    std::size_t threads = 0;
+};
+
+// A token prompt for models without a tokenizer: ids drawn from the seeded
+// counter RNG, so every run with the same seed sees the same prompt.
+[[nodiscard]] inline std::vector<Token> seeded_token_prompt(std::uint64_t seed, std::size_t vocab, std::size_t length) {
+    std::vector<Token> prompt(length);
+    const CounterRng rng{seed ^ 0x5EED'0000'0000'0001ull};
+    for (std::size_t i = 0; i < length; ++i) {
+        const auto id = static_cast<std::size_t>(rng.uniform(i, RandomPurpose::target_sample) * static_cast<double>(vocab));
+        prompt[i] = static_cast<Token>(std::min(id, vocab - 1));
+    }
+    return prompt;
+}
+
+[[nodiscard]] inline ModelInfo describe_llama(const LlamaModel& model, bool synthetic) {
+    const LlamaWeights& weights = model.weights();
+    const WeightType storage = weights.layers.empty() ? weights.output.type : weights.layers.front().query.type;
+    return ModelInfo{model.name(), std::string("llama ") + weight_type_name(storage), model.parameter_count(),
+                     model.weight_bytes(), synthetic};
+}
+
+[[nodiscard]] inline ModelInfo describe_prompt_lookup() {
+    return ModelInfo{"prompt-lookup", "prompt-lookup (n-gram match in the context, no model)", 0, 0, false};
+}
+
+namespace detail {
+
+// Room for the prompt, the generation and one full verification pass.
+[[nodiscard]] inline std::size_t context_needed(const BenchOptions& options, std::size_t prompt_tokens) {
+    const std::size_t longest_draft = options.draft_tokens.empty() ? 1 : options.draft_tokens.back();
+    return prompt_tokens + options.new_tokens + longest_draft + 2;
+}
+
+inline void check_same_vocabulary(std::size_t target_vocab, std::size_t draft_vocab) {
+    if (target_vocab != draft_vocab) {
+        throw UsageError("the draft's vocabulary has " + std::to_string(draft_vocab) + " tokens and the target's " +
+                         std::to_string(target_vocab) + ": draft and target must share one tokenizer");
+    }
+}
+
+// The prompt of a GGUF target: --prompt (or a default story opening) through
+// the target's tokenizer, with BOS.
+inline void tokenize_prompt(const BenchOptions& options, ModelSetup& setup) {
+    const std::string text = options.prompt.value_or(std::string(kDefaultTextPrompt));
+#ifdef SPECDEC_BENCH_HAS_TOKENIZER
+    const gguf::File file = gguf::File::open(*options.target_path);
+    const Tokenizer tokenizer = Tokenizer::from_gguf(file);
+    setup.prompt = tokenizer.encode(text, /*add_bos=*/true);
+    setup.prompt_text = text;
+#else
+    // Built before the tokenizer existed: BOS alone is a valid Llama prompt.
+    if (options.prompt) throw UsageError("--prompt needs the tokenizer, which this build does not have");
+    setup.prompt = {1};
+#endif
+    if (setup.prompt.empty()) throw UsageError("--prompt: the prompt tokenises to nothing");
+}
+
+inline void set_up_cpu_gguf(const BenchOptions& options, ModelSetup& setup, const std::shared_ptr<cpu::ThreadPool>& pool) {
+    tokenize_prompt(options, setup);
+    const LlamaOptions model_options{.threads = 0, .max_context = context_needed(options, setup.prompt.size()), .thread_pool = pool, .name = {}};
+    auto target = std::make_unique<LlamaModel>(LlamaModel::from_gguf(*options.target_path, model_options));
+    setup.target_info = describe_llama(*target, false);
+    if (options.uses_prompt_lookup()) {
+        setup.draft = std::make_unique<PromptLookupDrafter>();
+        setup.draft_info = describe_prompt_lookup();
+    } else {
+        auto draft = std::make_unique<LlamaModel>(LlamaModel::from_gguf(*options.draft_path, model_options));
+        check_same_vocabulary(target->vocab_size(), draft->vocab_size());
+        setup.draft_info = describe_llama(*draft, false);
+        setup.draft = std::move(draft);
+    }
+    if (target->context_length() < setup.prompt.size() + 2)
+        throw UsageError("the prompt has " + std::to_string(setup.prompt.size()) + " tokens; the target's context holds " +
+                         std::to_string(target->context_length()));
+    setup.target = std::move(target);
+}
+
+inline void set_up_cpu_synthetic(const BenchOptions& options, ModelSetup& setup, const std::shared_ptr<cpu::ThreadPool>& pool) {
+    if (options.prompt) throw UsageError("--prompt needs --target FILE.gguf: the synthetic models have no tokenizer");
+    const SyntheticShape shape = synthetic_shape(options.synthetic_size);
+    SyntheticOptions synthetic;
+    synthetic.size = options.synthetic_size;
+    synthetic.thread_pool = pool;
+    synthetic.max_context = std::min(shape.config.context_length, context_needed(options, kSyntheticPromptTokens));
+    auto target = std::make_unique<LlamaModel>(make_synthetic_target(synthetic));
+    setup.target_info = describe_llama(*target, true);
+    setup.prompt = seeded_token_prompt(options.seed, target->vocab_size(), kSyntheticPromptTokens);
+    if (options.uses_prompt_lookup()) {
+        setup.draft = std::make_unique<PromptLookupDrafter>();
+        setup.draft_info = describe_prompt_lookup();
+    } else {
+        auto draft = std::make_unique<LlamaModel>(make_synthetic_draft(synthetic));
+        setup.draft_info = describe_llama(*draft, true);
+        setup.draft = std::move(draft);
+    }
+    setup.target = std::move(target);
+}
+
+}  // namespace detail
+
+[[nodiscard]] inline ModelSetup set_up_models(const BenchOptions& options) {
+    ModelSetup setup;
+    if (options.backend == Backend::cuda) {
+#ifdef SPECDEC_BENCH_WITH_CUDA
+        if (!cuda::available()) throw UsageError("--backend cuda: " + cuda::device_description());
+        throw UsageError("--backend cuda: not wired up yet");
+#else
+        throw UsageError("--backend cuda: this specdec-bench was built without CUDA (configure with -DSPECDEC_CUDA=ON)");
+#endif
+    }
+    auto pool = std::make_shared<cpu::ThreadPool>(options.threads);
+    setup.threads = pool->size();
+    if (options.target_path) {
+        detail::set_up_cpu_gguf(options, setup, pool);
+    } else {
+        detail::set_up_cpu_synthetic(options, setup, pool);
+    }
+    return setup;
+}
+
+}  // namespace specdec::bench

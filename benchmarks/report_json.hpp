@@ -1,0 +1,111 @@
+#pragma once
+// The machine-readable report. Each configuration becomes two entries of
+// "runs": the autoregressive baseline and the speculative run measured against
+// it, so that a reader can plot either without knowing how they were paired.
+// Fields that do not apply to a method are null rather than invented.
+#include <nlohmann/json.hpp>
+
+#include "bench_results.hpp"
+#include "cost_model.hpp"
+
+namespace specdec::bench {
+
+inline constexpr int kReportFormatVersion = 1;
+
+[[nodiscard]] inline nlohmann::json model_to_json(const ModelInfo& model) {
+    return {{"name", model.name},
+            {"parameters", model.parameters},
+            {"bytes", model.bytes},
+            {"type", model.type},
+            {"synthetic", model.synthetic}};
+}
+
+[[nodiscard]] inline nlohmann::json autoregressive_run_to_json(const ConfigurationResult& r) {
+    return {{"method", "autoregressive"},
+            {"draft_tokens", r.draft_tokens},  // the speculative run this baseline was interleaved with
+            {"temperature", r.temperature},
+            {"repetitions", r.repetitions},
+            {"generated_tokens", r.autoregressive_tokens},
+            {"seconds", r.autoregressive_seconds},
+            {"tokens_per_second", r.autoregressive_tokens_per_second()},
+            {"speedup", 1.0},
+            {"acceptance_rate", nullptr},
+            {"alpha", nullptr},
+            {"mean_accepted", nullptr},
+            {"mean_tokens_per_target_pass", 1.0},
+            {"predicted_speedup", nullptr},
+            {"efficiency", nullptr},
+            {"greedy_match", nullptr},
+            {"per_position_acceptance", nlohmann::json::array()},
+            {"cost_ratio", nullptr},
+            {"verification_cost_ratio", nullptr}};
+}
+
+[[nodiscard]] inline nlohmann::json speculative_run_to_json(const ConfigurationResult& r) {
+    nlohmann::json run = {{"method", "speculative"},
+                          {"draft_tokens", r.draft_tokens},
+                          {"temperature", r.temperature},
+                          {"repetitions", r.repetitions},
+                          {"generated_tokens", r.speculative_tokens},
+                          {"seconds", r.speculative_seconds},
+                          {"tokens_per_second", r.speculative_tokens_per_second()},
+                          {"speedup", r.speedup()},
+                          {"acceptance_rate", r.acceptance_rate()},
+                          {"alpha", r.alpha()},
+                          {"mean_accepted", r.mean_accepted()},
+                          {"mean_tokens_per_target_pass", r.mean_tokens_per_target_pass()},
+                          {"expected_tokens_per_pass", r.expected_tokens_per_pass()},
+                          {"predicted_speedup", r.predicted_speedup()},
+                          {"efficiency", r.efficiency()},
+                          {"per_position_acceptance", r.per_position_acceptance()},
+                          {"per_position_conditional_acceptance",
+                           conditional_acceptance_at_position(r.proposed_at_position, r.accepted_at_position)},
+                          {"proposed_at_position", r.proposed_at_position},
+                          {"accepted_at_position", r.accepted_at_position},
+                          {"cost_ratio", r.cost_ratio},
+                          {"verification_cost_ratio", r.verification_cost_ratio},
+                          {"target_forward_passes", r.target_forward_passes},
+                          {"draft_forward_passes", r.draft_forward_passes},
+                          {"draft_seconds", r.draft_seconds},
+                          {"target_seconds", r.target_seconds},
+                          {"acceptance_seconds", r.acceptance_seconds}};
+    run["greedy_match"] = r.greedy_match ? nlohmann::json(*r.greedy_match) : nlohmann::json(nullptr);
+    if (r.first_mismatch) run["first_mismatch"] = *r.first_mismatch;
+    return run;
+}
+
+[[nodiscard]] inline nlohmann::json report_to_json(const BenchReport& report) {
+    nlohmann::json runs = nlohmann::json::array();
+    for (const ConfigurationResult& r : report.configurations) {
+        runs.push_back(autoregressive_run_to_json(r));
+        runs.push_back(speculative_run_to_json(r));
+    }
+    nlohmann::json verification = nlohmann::json::array();
+    for (std::size_t i = 0; i < report.costs.verified_tokens.size(); ++i) {
+        verification.push_back({{"tokens", report.costs.verified_tokens[i]},
+                                {"seconds", report.costs.verification_seconds[i]},
+                                {"cost_ratio", report.costs.target_step_seconds > 0.0
+                                                   ? report.costs.verification_seconds[i] / report.costs.target_step_seconds
+                                                   : 0.0}});
+    }
+    return {{"format_version", kReportFormatVersion},
+            {"machine", {{"cpu", report.machine.cpu}, {"threads", report.machine.threads}, {"backend", report.machine.backend}}},
+            {"models", {{"target", model_to_json(report.target)}, {"draft", model_to_json(report.draft)}}},
+            {"settings",
+             {{"prompt_tokens", report.prompt_tokens},
+              {"prompt", report.prompt_text.empty() ? nlohmann::json(nullptr) : nlohmann::json(report.prompt_text)},
+              {"new_tokens", report.new_tokens},
+              {"repetitions", report.repetitions},
+              {"seed", report.seed}}},
+            {"costs",
+             {{"target_step_seconds", report.costs.target_step_seconds},
+              {"draft_step_seconds", report.costs.draft_step_seconds},
+              {"cost_ratio", report.costs.cost_ratio()},
+              {"verification", verification}}},
+            {"formula", std::string(kPredictedSpeedupFormula)},
+            {"greedy_match", report.all_greedy_runs_match()},
+            {"wall_seconds", report.wall_seconds},
+            {"runs", runs}};
+}
+
+}  // namespace specdec::bench

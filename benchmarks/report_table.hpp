@@ -1,0 +1,104 @@
+#pragma once
+// The human-readable report: what ran where, one table row per configuration,
+// and a closing line naming the best configuration. Greedy mismatches are
+// printed loudly, since they would mean the "exact" claim is broken.
+#include <cstdio>
+#include <ostream>
+#include <string>
+
+#include "bench_results.hpp"
+#include "cost_model.hpp"
+
+namespace specdec::bench {
+
+namespace detail {
+
+template <class... Args>
+[[nodiscard]] std::string format(const char* pattern, Args... args) {
+    char buffer[512];
+    std::snprintf(buffer, sizeof buffer, pattern, args...);
+    return buffer;
+}
+
+[[nodiscard]] inline std::string describe_size(const ModelInfo& model) {
+    if (model.parameters == 0 && model.bytes == 0) return "";
+    return format(", %.1fM parameters, %.1f MiB", model.parameters / 1e6, model.bytes / (1024.0 * 1024.0));
+}
+
+[[nodiscard]] inline std::string describe_model(const ModelInfo& model) {
+    return model.name + " (" + model.type + describe_size(model) + (model.synthetic ? ", synthetic" : "") + ")";
+}
+
+[[nodiscard]] inline std::string per_position_text(const ConfigurationResult& result) {
+    std::string text;
+    for (const double rate : result.per_position_acceptance()) {
+        if (!text.empty()) text += ' ';
+        text += format("%.2f", rate);
+    }
+    return text;
+}
+
+}  // namespace detail
+
+inline void print_header(std::ostream& out, const BenchReport& report) {
+    out << "machine: " << report.machine.cpu << ", " << report.machine.threads << " threads, backend "
+        << report.machine.backend << "\n";
+    out << "target:  " << detail::describe_model(report.target) << "\n";
+    out << "draft:   " << detail::describe_model(report.draft) << "\n";
+    if (report.target.synthetic || report.draft.synthetic)
+        out << "note:    synthetic models have random weights: their acceptance depends on how the draft was derived, "
+               "not on language; use --target/--draft for real models\n";
+    out << "prompt:  " << report.prompt_tokens << " tokens"
+        << (report.prompt_text.empty() ? " (seeded random ids)" : " \"" + report.prompt_text + "\"") << ", "
+        << report.new_tokens << " new tokens, " << report.repetitions << " interleaved repetitions, seed "
+        << report.seed << "\n";
+    out << detail::format("costs:   target forward %.2f ms/token, draft %.3f ms/token, c = %.3f", report.costs.target_step_seconds * 1e3,
+                          report.costs.draft_step_seconds * 1e3, report.costs.cost_ratio())
+        << "\n";
+}
+
+inline void print_table(std::ostream& out, const BenchReport& report) {
+    out << "\n";
+    out << "   T   k   AR tok/s  spec tok/s  speedup  alpha  acc.rate  tok/pass     c     v_k  predicted  effic.  greedy  "
+           "per-position acceptance\n";
+    for (const ConfigurationResult& r : report.configurations) {
+        const std::string greedy = !r.greedy_match ? "-" : (*r.greedy_match ? "match" : "DIFFER");
+        out << detail::format("%4.2g %3zu %10.1f %11.1f %7.2fx %6.3f %9.3f %9.2f %5.3f %7.2f %9.2fx %7.2f  %-6s  ",
+                              r.temperature, r.draft_tokens, r.autoregressive_tokens_per_second(),
+                              r.speculative_tokens_per_second(), r.speedup(), r.alpha(), r.acceptance_rate(),
+                              r.mean_tokens_per_target_pass(), r.cost_ratio, r.verification_cost_ratio,
+                              r.predicted_speedup(), r.efficiency(), greedy.c_str())
+            << detail::per_position_text(r) << "\n";
+    }
+    out << "\n";
+    out << "alpha = accepted / tested drafts (per-token acceptance); acc.rate = accepted / proposed drafts; "
+           "tok/pass = tokens per target pass\n";
+    out << kPredictedSpeedupFormula << "; efficiency = measured / predicted\n";
+
+    const ConfigurationResult* best = nullptr;
+    for (const ConfigurationResult& r : report.configurations) {
+        if (best == nullptr || r.speedup() > best->speedup()) best = &r;
+    }
+    if (best != nullptr) {
+        out << detail::format("best: T=%g k=%zu, %.2fx (%.1f -> %.1f tokens/s)", best->temperature, best->draft_tokens,
+                              best->speedup(), best->autoregressive_tokens_per_second(),
+                              best->speculative_tokens_per_second())
+            << "\n";
+    }
+    for (const ConfigurationResult& r : report.configurations) {
+        if (r.greedy_match && !*r.greedy_match) {
+            out << detail::format(
+                       "!!! GREEDY MISMATCH at T=0 k=%zu: speculative tokens differ from autoregressive ones from "
+                       "token %zu on. Greedy speculative decoding must reproduce the target exactly; if the target's "
+                       "batched and single-token forwards round differently, near-ties can flip. !!!",
+                       r.draft_tokens, r.first_mismatch.value_or(0))
+                << "\n";
+        }
+    }
+    bool any_greedy = false;
+    for (const ConfigurationResult& r : report.configurations) any_greedy = any_greedy || r.greedy_match.has_value();
+    if (any_greedy && report.all_greedy_runs_match())
+        out << "greedy check: at T=0 speculative decoding reproduced the autoregressive tokens exactly in every run\n";
+}
+
+}  // namespace specdec::bench

@@ -1,0 +1,125 @@
+// specdec-bench: speculative vs autoregressive decoding of the same target,
+// interleaved in one process, with the speedup Leviathan's cost model predicts
+// from the acceptance and costs measured in the same run.
+//
+//   specdec-bench                                   embedded synthetic pair, CPU
+//   specdec-bench --target t.gguf --draft d.gguf    real models
+//   specdec-bench --target t.gguf --draft prompt-lookup
+//
+// Exit status: 0 success, 1 the library reported an error, 2 bad command line.
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <unistd.h>
+
+#include "specdec/specdec.hpp"
+
+#include "bench_options.hpp"
+#include "bench_runner.hpp"
+#include "machine_info.hpp"
+#include "model_setup.hpp"
+#include "report_json.hpp"
+#include "report_svg.hpp"
+#include "report_table.hpp"
+
+namespace {
+
+using namespace specdec::bench;
+
+// "[3/10] T=1 k=4 rep 2/2" on stderr; overwritten in place on a terminal, one
+// line each otherwise (logs).
+class ProgressPrinter {
+public:
+    explicit ProgressPrinter(bool enabled) : enabled_(enabled), terminal_(isatty(STDERR_FILENO) == 1) {}
+
+    void operator()(const ProgressStep& step) const {
+        if (!enabled_) return;
+        std::fprintf(stderr, "%s[%zu/%zu] T=%g k=%zu rep %zu/%zu%s", terminal_ ? "\r" : "", step.configuration,
+                     step.configurations, step.temperature, step.draft_tokens, step.repetition, step.repetitions,
+                     terminal_ ? "   " : "\n");
+        std::fflush(stderr);
+    }
+    void finish() const {
+        if (enabled_ && terminal_) std::fprintf(stderr, "\r%40s\r", "");
+    }
+
+private:
+    bool enabled_;
+    bool terminal_;
+};
+
+void write_file(const std::string& path, const std::string& content) {
+    std::ofstream file(path, std::ios::binary);
+    file << content;
+    file.close();
+    if (!file) throw specdec::Error("cannot write '" + path + "'");
+}
+
+// Runs the benchmark on whichever models were set up, then reports.
+template <class Draft, class Target>
+int benchmark_and_report(Draft& draft, Target& target, BenchInputs inputs, const BenchOptions& options) {
+    const ProgressPrinter printer(!options.quiet);
+    if (!options.quiet)
+        std::fprintf(stderr, "measuring forward costs, then %zu configurations x %zu repetitions...\n",
+                     inputs.settings.temperatures.size() * inputs.settings.draft_tokens.size(), inputs.settings.repetitions);
+    const BenchReport report = run_benchmark(draft, target, inputs, [&](const ProgressStep& step) { printer(step); });
+    printer.finish();
+
+    print_header(std::cout, report);
+    print_table(std::cout, report);
+    std::cout << "wall time " << report.wall_seconds << " s\n";
+    if (options.json_path) {
+        write_file(*options.json_path, report_to_json(report).dump(2) + "\n");
+        std::cout << "wrote " << *options.json_path << "\n";
+    }
+    if (options.svg_path) {
+        write_file(*options.svg_path, report_to_svg(report));
+        std::cout << "wrote " << *options.svg_path << "\n";
+    }
+    return 0;
+}
+
+int run(const BenchOptions& options) {
+    ModelSetup setup = set_up_models(options);
+    BenchInputs inputs;
+    inputs.machine = MachineInfo{cpu_model_name(), setup.threads, std::string(to_string(options.backend))};
+    inputs.target = setup.target_info;
+    inputs.draft = setup.draft_info;
+    inputs.prompt = setup.prompt;
+    inputs.prompt_text = setup.prompt_text;
+    inputs.settings = RunSettings{options.draft_tokens, options.temperatures, options.new_tokens, options.repetitions,
+                                  options.seed};
+    return std::visit(
+        [&](auto& draft) { return std::visit([&](auto& target) { return benchmark_and_report(*draft, *target, inputs, options); }, setup.target); },
+        setup.draft);
+}
+
+std::string one_line(std::string text) {
+    for (char& c : text)
+        if (c == '\n' || c == '\r') c = ' ';
+    return text;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        const BenchOptions options = parse_options(argc, argv);
+        if (options.help) {
+            std::cout << usage_text();
+            return 0;
+        }
+        return run(options);
+    } catch (const UsageError& error) {
+        std::cerr << "specdec-bench: " << one_line(error.what()) << "\n";
+        return 2;
+    } catch (const specdec::Error& error) {
+        std::cerr << "specdec-bench: error: " << one_line(error.what()) << "\n";
+        return 1;
+    } catch (const std::exception& error) {
+        std::cerr << "specdec-bench: unexpected error: " << one_line(error.what()) << "\n";
+        return 1;
+    }
+}
