@@ -93,9 +93,130 @@ __device__ void accept_rejection_block(const float* p, const DeviceDraft& draft,
         return;
     }
     const double v = counter_uniform(seed, first_position + draft.k, RandomPurpose::target_sample);
-    const int y = sample_block<kThreads>(p + draft.k * vocab, draft.draft_vocab_unused_guard(), v);
-    (void)y;
+    const int y = sample_block<kThreads>(p + draft.k * vocab, draft.vocab, v);
+    if (threadIdx.x == 0) {
+        if (y < 0) report_error(status, device_no_mass, draft.k);
+        status->accepted = draft.k;
+        status->next_token = y;
+    }
+}
+
+// The verification of one proposal: one block (the rows were prepared by the
+// sampling kernels, which may have reported an error already).
+__global__ void __launch_bounds__(kSamplingThreads)
+    rejection_acceptance_kernel(const float* p, DeviceDraft draft, std::uint64_t seed, std::uint64_t first_position,
+                                DeviceStatus* status) {
+    if (status->error != device_ok) return;
+    accept_rejection_block<kSamplingThreads>(p, draft, seed, first_position, status);
+}
+
+// Greedy verification (accept_greedy over greedy_token of each row): keep
+// drafts while they equal the argmax (ties to the lowest id). Like the host,
+// every one of the k + 1 rows is checked for NaN / +inf first.
+__global__ void __launch_bounds__(kSamplingThreads)
+    greedy_acceptance_kernel(const float* logits, std::size_t row_stride, int vocab, const Token* drafts, int k,
+                             DeviceStatus* status) {
+    __shared__ int argmax[64];  // k + 1 <= 64 is checked on the host
+    for (int row = 0; row <= k; ++row) {
+        const float* values = logits + row * row_stride;
+        float max_logit;
+        if (!checked_row_max(values, vocab, row, status, max_logit)) return;
+        ArgMax best{-INFINITY, INT_MAX};
+        for (int x = threadIdx.x; x < vocab; x += blockDim.x) best = better(best, ArgMax{values[x], x});
+        best = block_argmax(best);
+        if (threadIdx.x == 0) argmax[row] = best.index;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    int i = 0;
+    while (i < k && drafts[i] == argmax[i]) ++i;
+    status->accepted = i;
+    status->next_token = argmax[i];
 }
 
 }  // namespace detail
+
+// Verifies a draft against target logits that live on the device. Owns the
+// scratch buffers (distributions, q rows, the status word), so one verifier
+// per model avoids allocations in the decoding loop.
+class DeviceVerifier {
+public:
+    static constexpr std::size_t kMaxDraftTokens = 63;
+
+    DeviceVerifier() : status_(1) { host_status_.resize(1); }
+
+    // `logits`: at least draft.size() + 1 device rows, row i at logits + i * row_stride;
+    // the last k + 1 of `rows` are used. Returns what detail::verify_on_host returns.
+    AcceptanceResult verify(const float* logits, std::size_t rows, std::size_t row_stride, std::size_t vocab,
+                            const DraftProposal& draft, const SamplingOptions& sampling, const CounterRng& rng,
+                            std::uint64_t first_position, cudaStream_t stream) {
+        validate(sampling);
+        const std::size_t k = draft.size();
+        if (k > kMaxDraftTokens) {
+            throw Error("specdec::cuda: device verification supports at most " + std::to_string(kMaxDraftTokens) +
+                        " draft tokens per step, got " + std::to_string(k));
+        }
+        if (rows < k + 1) {
+            throw Error("specdec::cuda: verification needs k + 1 = " + std::to_string(k + 1) +
+                        " logits rows, got " + std::to_string(rows));
+        }
+        ::specdec::detail::check_rows(draft, k + 1, vocab);
+        const float* target_rows = logits + (rows - (k + 1)) * row_stride;
+
+        host_tokens_.resize(k + 1);
+        for (std::size_t i = 0; i < k; ++i) host_tokens_.data()[i] = draft.tokens[i];
+        tokens_.resize(k + 1);
+        copy_to_device(tokens_.data(), host_tokens_.data(), k, stream);
+        SPECDEC_CUDA_CHECK(cudaMemsetAsync(status_.data(), 0, sizeof(detail::DeviceStatus), stream));
+
+        if (sampling.greedy()) {
+            detail::greedy_acceptance_kernel<<<1, detail::kSamplingThreads, 0, stream>>>(
+                target_rows, row_stride, static_cast<int>(vocab), tokens_.data(), static_cast<int>(k), status_.data());
+            SPECDEC_CUDA_CHECK_LAUNCH();
+        } else {
+            probabilities_.resize((k + 1) * vocab);
+            sampling_.logits_to_distributions(target_rows, row_stride, k + 1, vocab, sampling, probabilities_.data(),
+                                              status_.data(), stream);
+            const float* q = nullptr;
+            if (!draft.point_mass()) {
+                q_.resize(k * vocab);
+                copy_to_device(q_.data(), draft.probabilities.data(), k * vocab, stream);
+                q = q_.data();
+            }
+            const detail::DeviceDraft device_draft{tokens_.data(), q, static_cast<int>(k), static_cast<int>(vocab)};
+            detail::rejection_acceptance_kernel<<<1, detail::kSamplingThreads, 0, stream>>>(
+                probabilities_.data(), device_draft, rng.seed, first_position, status_.data());
+            SPECDEC_CUDA_CHECK_LAUNCH();
+        }
+        copy_to_host(host_status_.data(), status_.data(), 1, stream);
+        SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream));
+        const detail::DeviceStatus status = host_status_.data()[0];
+        if (status.error != detail::device_ok) throw_status(status, first_position);
+        return AcceptanceResult{static_cast<std::size_t>(status.accepted), static_cast<Token>(status.next_token)};
+    }
+
+private:
+    [[noreturn]] static void throw_status(const detail::DeviceStatus& status, std::uint64_t first_position) {
+        const std::string where = " (logits row " + std::to_string(status.error_row) + " of the verification at position " +
+                                  std::to_string(first_position) + ")";
+        switch (status.error) {
+            case detail::device_bad_logit:
+                throw Error("target model logits contain NaN or +inf" + where +
+                            ": expected finite values (or -inf for masked tokens)");
+            case detail::device_all_masked:
+                throw Error("target model logits are -inf for every token" + where + ": no token can be sampled");
+            case detail::device_no_mass:
+                throw Error("cannot sample from a distribution with no positive mass" + where);
+            default: throw Error("specdec::cuda: unknown device verification error " + std::to_string(status.error));
+        }
+    }
+
+    DeviceBuffer<detail::DeviceStatus> status_;
+    PinnedBuffer<detail::DeviceStatus> host_status_;
+    PinnedBuffer<Token> host_tokens_;
+    DeviceBuffer<Token> tokens_;
+    DeviceBuffer<float> probabilities_, q_;
+    detail::SamplingWorkspace sampling_;
+};
+
 }  // namespace specdec::cuda

@@ -1,0 +1,392 @@
+#pragma once
+// The Llama-architecture transformer on a CUDA device, step for step the
+// structure of models/llama_model.hpp (the CPU reference):
+//
+//   x = embedding[tokens]                                   (fp32 residual stream)
+//   per layer:  xn = rms_norm(x)                 -> qkv = xn Wqkv^T      (cuBLAS)
+//               rope(q, k); k, v -> KV cache at positions past .. past + n - 1
+//               att = causal GQA attention of the n new queries over the cache
+//               x += att Wo^T                                            (cuBLAS, beta = 1)
+//               xn = rms_norm(x) -> gu = xn Wgu^T -> h = silu(g) * u -> x += h Wdown^T
+//   logits = rms_norm(x) Wout^T
+//
+// Satisfies specdec::CausalLM (forward copies logits to pinned host memory)
+// and specdec::DeviceVerifyingLM (forward_and_verify keeps the logits on the
+// device, runs the sampling transforms and the acceptance rule there, and
+// copies back only the accepted count and the next token).
+//
+// Launch overhead: the sequence of kernels for a given (tokens, logits rows)
+// shape is captured once into a CUDA graph and replayed; the number of cached
+// positions is read by the kernels from device memory, so one graph serves
+// every position. If capture is not possible the model runs the same kernels
+// eagerly.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "specdec/backends/cuda/acceptance.cuh"
+#include "specdec/backends/cuda/buffers.cuh"
+#include "specdec/backends/cuda/check.cuh"
+#include "specdec/backends/cuda/device_weights.cuh"
+#include "specdec/backends/cuda/gemm.cuh"
+#include "specdec/backends/cuda/precision.cuh"
+#include "specdec/backends/cuda/transformer_kernels.cuh"
+#include "specdec/core/concepts.hpp"
+#include "specdec/core/error.hpp"
+#include "specdec/core/rng.hpp"
+#include "specdec/core/types.hpp"
+#include "specdec/decoding/verification.hpp"
+#include "specdec/models/llama_weights.hpp"
+#include "specdec/sampling/acceptance.hpp"
+#include "specdec/sampling/draft_proposal.hpp"
+#include "specdec/sampling/sampling_options.hpp"
+
+namespace specdec::cuda {
+
+struct CudaModelOptions {
+    Precision precision = Precision::f16;  // weights and GEMM inputs; f32 = reference accuracy
+    std::size_t max_context = 0;           // caps the KV cache (and context_length()); 0 = the model's context length
+    bool cuda_graphs = true;               // replay captured graphs instead of launching kernel by kernel
+    std::string name;                      // shown by name(); empty = a description of the shape
+};
+
+namespace detail {
+
+// Owns a captured, instantiated graph.
+class GraphExec {
+public:
+    explicit GraphExec(cudaGraphExec_t exec) : exec_(exec) {}
+    GraphExec(const GraphExec&) = delete;
+    GraphExec& operator=(const GraphExec&) = delete;
+    ~GraphExec() {
+        if (exec_ != nullptr) (void)cudaGraphExecDestroy(exec_);
+    }
+    [[nodiscard]] cudaGraphExec_t get() const noexcept { return exec_; }
+
+private:
+    cudaGraphExec_t exec_;
+};
+
+// Everything the model owns on the device; behind a unique_ptr so that the
+// model itself is cheap to move.
+struct CudaLlamaState {
+    Stream stream;
+    CublasHandle cublas{stream.get()};
+    DeviceBuffer<std::byte> cublas_workspace;
+    DeviceLlamaWeights weights;
+    std::size_t capacity = 0;    // KV cache positions
+    std::size_t cached = 0;      // positions currently valid
+    DeviceBuffer<float> kv_cache;  // [layer][key|value][position][kv_dim], fp32
+    DeviceBuffer<float> inverse_frequencies;
+    float position_scale = 1.0f;
+
+    // Activations for up to `rows_capacity` tokens per pass.
+    std::size_t rows_capacity = 0;
+    PinnedBuffer<Token> host_tokens;
+    PinnedBuffer<int> host_past;
+    DeviceBuffer<Token> tokens;
+    DeviceBuffer<int> past;
+    DeviceBuffer<float> x, qkv, gate_up, logits;
+    DeviceBuffer<std::byte> normed, attention_out, hidden;  // GEMM inputs in the weights' precision
+    PinnedBuffer<float> host_logits;
+
+    bool graphs_enabled = true;
+    std::map<std::pair<std::size_t, std::size_t>, std::unique_ptr<GraphExec>> graphs;  // (tokens, logits rows)
+
+    DeviceVerifier verifier;
+
+    [[nodiscard]] float* keys(std::size_t layer) {
+        return kv_cache.data() + (2 * layer) * capacity * weights.config.kv_dim();
+    }
+    [[nodiscard]] float* values(std::size_t layer) {
+        return kv_cache.data() + (2 * layer + 1) * capacity * weights.config.kv_dim();
+    }
+};
+
+}  // namespace detail
+
+class CudaLlamaModel {
+public:
+    // Uploads host weights (e.g. LlamaModel::weights(), or a GGUF file's),
+    // converting every storage type to options.precision.
+    explicit CudaLlamaModel(const LlamaWeights& weights, CudaModelOptions options = {})
+        : name_(std::move(options.name)) {
+        detail::require_device("CudaLlamaModel");
+        state_ = std::make_unique<detail::CudaLlamaState>();
+        state_->weights = upload_weights(weights, options.precision, state_->stream.get());
+        initialise(options);
+    }
+
+    // Takes weights already on the device (see generate_synthetic_weights).
+    static CudaLlamaModel from_device_weights(DeviceLlamaWeights weights, CudaModelOptions options = {}) {
+        return CudaLlamaModel(std::move(weights), std::move(options));
+    }
+
+    // A member of the synthetic family generated on the device: the first
+    // `layers` layers (0 = all: the target) of `shape` with `seed`.
+    static CudaLlamaModel synthetic(const SyntheticShape& shape, std::uint64_t seed, std::size_t layers = 0,
+                                    CudaModelOptions options = {}) {
+        detail::require_device("CudaLlamaModel::synthetic");
+        auto state = std::make_unique<detail::CudaLlamaState>();
+        state->weights = generate_synthetic_weights(shape, seed, layers == 0 ? shape.config.layer_count : layers,
+                                                    options.precision, state->stream.get());
+        if (options.name.empty()) {
+            options.name = "cuda-synthetic-" + shape.size + "-" + std::to_string(layers == 0 ? shape.config.layer_count : layers) +
+                           "layers-" + precision_name(options.precision) + "-seed" + std::to_string(seed);
+        }
+        return CudaLlamaModel(std::move(state), std::move(options));
+    }
+
+    CudaLlamaModel(CudaLlamaModel&&) noexcept = default;
+    CudaLlamaModel& operator=(CudaLlamaModel&&) noexcept = default;
+
+    [[nodiscard]] std::size_t vocab_size() const noexcept { return state_->weights.config.vocab_size; }
+    [[nodiscard]] std::size_t context_length() const noexcept { return state_->capacity; }
+    [[nodiscard]] std::size_t cached_tokens() const noexcept { return state_->cached; }
+    [[nodiscard]] const LlamaConfig& config() const noexcept { return state_->weights.config; }
+    [[nodiscard]] Precision precision() const noexcept { return state_->weights.precision; }
+    [[nodiscard]] const std::string& name() const noexcept { return name_; }
+    [[nodiscard]] std::size_t device_weight_bytes() const { return state_->weights.bytes(); }
+    // Bytes of weights one forward pass streams (all but the embedding table).
+    [[nodiscard]] std::size_t bytes_read_per_forward() const {
+        return state_->weights.bytes() - state_->weights.token_embedding.bytes();
+    }
+    [[nodiscard]] bool uses_cuda_graphs() const noexcept { return state_->graphs_enabled; }
+
+    // O(1): the cache is indexed by absolute position; the next forward
+    // overwrites the discarded positions.
+    void truncate(std::size_t positions) {
+        if (positions > state_->cached) {
+            throw Error("specdec::cuda: truncate(" + std::to_string(positions) + ") beyond the " +
+                        std::to_string(state_->cached) + " cached positions of " + name_);
+        }
+        state_->cached = positions;
+    }
+
+    // Appends the tokens to the cache and returns one logits row per token, in
+    // pinned host memory, valid until the next forward or truncate.
+    LogitsView forward(std::span<const Token> tokens) {
+        const std::size_t vocab = vocab_size(), n = tokens.size();
+        check_tokens(tokens);
+        if (n == 0) return LogitsView{state_->host_logits.data(), 0, vocab, vocab};
+        run(tokens, n);
+        detail::CudaLlamaState& s = *state_;
+        s.host_logits.resize(n * vocab);
+        copy_to_host(s.host_logits.data(), s.logits.data(), n * vocab, s.stream.get());
+        s.stream.synchronize();
+        s.cached += n;
+        return LogitsView{s.host_logits.data(), n, vocab, vocab};
+    }
+
+    // forward(tokens), then on the device the verification of `draft` (the
+    // last draft.size() tokens, at positions first_position..) against the last
+    // k + 1 logits rows: returns what accept_rejection_sampling / accept_greedy
+    // would return on the host.
+    AcceptanceResult forward_and_verify(std::span<const Token> tokens, const DraftProposal& draft,
+                                        const SamplingOptions& sampling, const CounterRng& rng,
+                                        std::uint64_t first_position) {
+        const std::size_t rows = draft.size() + 1;
+        if (tokens.size() < rows) {
+            throw Error("specdec::cuda: forward_and_verify needs the pending token and the " +
+                        std::to_string(draft.size()) + " drafts (" + std::to_string(rows) + " tokens), got " +
+                        std::to_string(tokens.size()));
+        }
+        validate(sampling);
+        ::specdec::detail::check_rows(draft, rows, vocab_size());
+        check_tokens(tokens);
+        run(tokens, rows);
+        detail::CudaLlamaState& s = *state_;
+        const AcceptanceResult verdict = s.verifier.verify(s.logits.data(), rows, vocab_size(), vocab_size(), draft,
+                                                           sampling, rng, first_position, s.stream.get());
+        s.cached += tokens.size();
+        return verdict;
+    }
+
+private:
+    CudaLlamaModel(DeviceLlamaWeights weights, CudaModelOptions options) : name_(std::move(options.name)) {
+        detail::require_device("CudaLlamaModel");
+        state_ = std::make_unique<detail::CudaLlamaState>();
+        state_->weights = std::move(weights);
+        initialise(options);
+    }
+    CudaLlamaModel(std::unique_ptr<detail::CudaLlamaState> state, CudaModelOptions options)
+        : name_(std::move(options.name)), state_(std::move(state)) {
+        initialise(options);
+    }
+
+    void initialise(const CudaModelOptions& options) {
+        detail::CudaLlamaState& s = *state_;
+        const LlamaConfig& c = s.weights.config;
+        c.validate();
+        if (c.head_dim() % 2 != 0 || c.head_dim() > static_cast<std::size_t>(detail::kMaxHeadDim)) {
+            throw Error("specdec::cuda: head size " + std::to_string(c.head_dim()) +
+                        " is not supported: expected an even size of at most " + std::to_string(detail::kMaxHeadDim));
+        }
+        s.capacity = options.max_context == 0 ? c.context_length : std::min(options.max_context, c.context_length);
+        s.kv_cache.resize(c.layer_count * 2 * s.capacity * c.kv_dim());
+        // Inverse frequencies exactly as the CPU model computes them (double pow, then float).
+        const std::size_t pairs = c.rotary_dim() / 2;
+        std::vector<float> inverse_frequencies(std::max<std::size_t>(pairs, 1), 0.0f);
+        for (std::size_t i = 0; i < pairs; ++i) {
+            inverse_frequencies[i] = static_cast<float>(std::pow(static_cast<double>(c.rope_freq_base),
+                                                                 -2.0 * static_cast<double>(i) / static_cast<double>(c.rotary_dim())));
+        }
+        s.inverse_frequencies = detail::upload_floats(inverse_frequencies, s.stream.get());
+        s.position_scale = 1.0f / c.rope_linear_scale;
+        s.host_past.resize(1);
+        s.past.resize(1);
+        // cuBLAS needs a workspace of its own under graph capture (32 MiB: its recommendation for Hopper).
+        s.cublas_workspace.resize(std::size_t{32} << 20);
+        SPECDEC_CUBLAS_CHECK(cublasSetWorkspace(s.cublas.get(), s.cublas_workspace.data(), s.cublas_workspace.bytes()));
+        s.graphs_enabled = options.cuda_graphs;
+        if (name_.empty()) {
+            name_ = "cuda-llama-" + std::to_string(c.layer_count) + "x" + std::to_string(c.embedding_dim) + "-" +
+                    precision_name(s.weights.precision);
+        }
+    }
+
+    void check_tokens(std::span<const Token> tokens) const {
+        const std::size_t vocab = vocab_size();
+        for (std::size_t i = 0; i < tokens.size(); ++i) {
+            if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= vocab) {
+                throw Error("specdec::cuda: " + name_ + ": token id " + std::to_string(tokens[i]) + " at index " +
+                            std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+            }
+        }
+        if (state_->cached + tokens.size() > state_->capacity) {
+            throw Error("specdec::cuda: " + name_ + ": forward of " + std::to_string(tokens.size()) + " tokens after " +
+                        std::to_string(state_->cached) + " cached positions overflows the context length " +
+                        std::to_string(state_->capacity));
+        }
+    }
+
+    // Grows the activation buffers to n rows. Growing moves them, which
+    // invalidates every captured graph (graphs hold raw pointers).
+    void reserve_rows(std::size_t n) {
+        detail::CudaLlamaState& s = *state_;
+        if (n <= s.rows_capacity) return;
+        const LlamaConfig& c = s.weights.config;
+        const std::size_t element = precision_bytes(s.weights.precision);
+        const std::size_t dim = c.embedding_dim, kv = c.kv_dim(), ffn = c.feed_forward_dim;
+        s.graphs.clear();
+        s.host_tokens.resize(n);
+        s.tokens.resize(n);
+        s.x.resize(n * dim);
+        s.qkv.resize(n * (dim + 2 * kv));
+        s.gate_up.resize(n * 2 * ffn);
+        s.logits.resize(n * c.vocab_size);
+        s.normed.resize(n * dim * element);
+        s.attention_out.resize(n * dim * element);
+        s.hidden.resize(n * ffn * element);
+        s.rows_capacity = n;
+    }
+
+    // One pass over n = tokens.size() tokens at positions cached.., leaving the
+    // logits of the last `logit_rows` tokens in s.logits. Does not synchronise.
+    void run(std::span<const Token> tokens, std::size_t logit_rows) {
+        detail::CudaLlamaState& s = *state_;
+        const std::size_t n = tokens.size();
+        reserve_rows(n);
+        std::copy(tokens.begin(), tokens.end(), s.host_tokens.data());
+        // The previous pass has finished (every public call synchronises), so the pinned inputs are free.
+        s.host_past.data()[0] = static_cast<int>(s.cached);
+        copy_to_device(s.tokens.data(), s.host_tokens.data(), n, s.stream.get());
+        copy_to_device(s.past.data(), s.host_past.data(), 1, s.stream.get());
+        if (s.graphs_enabled) {
+            if (const cudaGraphExec_t graph = graph_for(n, logit_rows)) {
+                SPECDEC_CUDA_CHECK(cudaGraphLaunch(graph, s.stream.get()));
+                return;
+            }
+        }
+        enqueue_pass(n, logit_rows);
+    }
+
+    // The instantiated graph of the pass shape (n, logit_rows), capturing it
+    // on first use; nullptr (and graphs off from then on) if capture fails.
+    cudaGraphExec_t graph_for(std::size_t n, std::size_t logit_rows) {
+        detail::CudaLlamaState& s = *state_;
+        const auto key = std::make_pair(n, logit_rows);
+        if (const auto found = s.graphs.find(key); found != s.graphs.end()) return found->second->get();
+        SPECDEC_CUDA_CHECK(cudaStreamBeginCapture(s.stream.get(), cudaStreamCaptureModeThreadLocal));
+        bool captured = true;
+        try {
+            enqueue_pass(n, logit_rows);
+        } catch (const Error&) {
+            captured = false;  // ends the capture below, then the pass runs eagerly
+        }
+        cudaGraph_t graph = nullptr;
+        const cudaError_t end_status = cudaStreamEndCapture(s.stream.get(), &graph);
+        cudaGraphExec_t exec = nullptr;
+        if (captured && end_status == cudaSuccess && graph != nullptr &&
+            cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
+            (void)cudaGraphDestroy(graph);
+            s.graphs.emplace(key, std::make_unique<detail::GraphExec>(exec));
+            return exec;
+        }
+        if (graph != nullptr) (void)cudaGraphDestroy(graph);
+        (void)cudaGetLastError();
+        s.graphs_enabled = false;
+        return nullptr;
+    }
+
+    void enqueue_pass(std::size_t n, std::size_t logit_rows) {
+        detail::dispatch_precision(state_->weights.precision, [&]<class T>() { enqueue_pass_as<T>(n, logit_rows); });
+    }
+
+    template <class T>
+    void enqueue_pass_as(std::size_t n_tokens, std::size_t logit_rows) {
+        detail::CudaLlamaState& s = *state_;
+        const DeviceLlamaWeights& w = s.weights;
+        const LlamaConfig& c = w.config;
+        const cudaStream_t stream = s.stream.get();
+        const cublasHandle_t blas = s.cublas.get();
+        const int n = static_cast<int>(n_tokens);
+        const int dim = static_cast<int>(c.embedding_dim), kv = static_cast<int>(c.kv_dim());
+        const int ffn = static_cast<int>(c.feed_forward_dim), vocab = static_cast<int>(c.vocab_size);
+        const int head_dim = static_cast<int>(c.head_dim()), heads = static_cast<int>(c.head_count);
+        const int group = static_cast<int>(c.head_count / c.kv_heads());
+        auto as = [](auto& buffer) { return reinterpret_cast<T*>(buffer.data()); };
+        auto weights = [](const DeviceBuffer<std::byte>& buffer) { return reinterpret_cast<const T*>(buffer.data()); };
+
+        detail::launch_embedding<T>(s.tokens.data(), weights(w.token_embedding), s.x.data(), n, dim, stream);
+        for (std::size_t layer = 0; layer < c.layer_count; ++layer) {
+            const DeviceLayerWeights& l = w.layers[layer];
+            detail::launch_rms_norm<T>(s.x.data(), l.attention_norm.data(), as(s.normed), n, dim, c.rms_norm_eps, stream);
+            detail::gemm<T>(blas, weights(l.qkv), as(s.normed), s.qkv.data(), dim + 2 * kv, dim, n, false);
+            detail::launch_rope_and_store_kv(s.qkv.data(), s.keys(layer), s.values(layer), s.past.data(),
+                                             s.inverse_frequencies.data(), s.position_scale, n, dim, kv, head_dim,
+                                             static_cast<int>(c.rotary_dim()), stream);
+            detail::launch_attention<T>(s.qkv.data(), s.keys(layer), s.values(layer), s.past.data(), as(s.attention_out),
+                                        n, heads, dim, kv, head_dim, group, stream);
+            detail::gemm<T>(blas, weights(l.attention_output), as(s.attention_out), s.x.data(), dim, dim, n, true);
+
+            detail::launch_rms_norm<T>(s.x.data(), l.ffn_norm.data(), as(s.normed), n, dim, c.rms_norm_eps, stream);
+            detail::gemm<T>(blas, weights(l.gate_up), as(s.normed), s.gate_up.data(), 2 * ffn, dim, n, false);
+            detail::launch_swiglu<T>(s.gate_up.data(), as(s.hidden), n, ffn, stream);
+            detail::gemm<T>(blas, weights(l.down), as(s.hidden), s.x.data(), dim, ffn, n, true);
+        }
+        // Only the rows whose logits are wanted go through the final norm and the head.
+        const std::size_t first = n_tokens - logit_rows;
+        detail::launch_rms_norm<T>(s.x.data() + first * c.embedding_dim, w.output_norm.data(), as(s.normed),
+                                   static_cast<int>(logit_rows), dim, c.rms_norm_eps, stream);
+        detail::gemm<T>(blas, weights(w.output), as(s.normed), s.logits.data(), vocab, dim, static_cast<int>(logit_rows),
+                        false);
+    }
+
+    std::string name_;
+    std::unique_ptr<detail::CudaLlamaState> state_;
+};
+
+static_assert(CausalLM<CudaLlamaModel>);
+static_assert(DeviceVerifyingLM<CudaLlamaModel>);
+
+}  // namespace specdec::cuda
