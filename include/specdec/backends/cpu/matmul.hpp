@@ -29,9 +29,8 @@ struct MatmulTarget {
 
 namespace detail {
 
-// Columns processed together per pass over a row range: the accumulators of
-// 8 columns plus one decoded 32-value weight chunk fit the 16 AVX registers.
-inline constexpr std::size_t kColumnGroup = 8;
+// Columns processed together per pass over a row tile (see matmul_tile_avx2).
+inline constexpr std::size_t kColumnGroup = 4;
 
 inline void matmul_rows_scalar(const WeightMatrix& w, std::size_t row_begin, std::size_t row_end, const float* x,
                                std::size_t x_stride, std::size_t columns, float* y, std::size_t y_stride,
@@ -52,63 +51,45 @@ inline void matmul_rows_scalar(const WeightMatrix& w, std::size_t row_begin, std
 
 #if SPECDEC_HAS_X86_KERNELS
 
-// 32 decoded weights in four registers. Returned by value, written out by
-// hand: GCC keeps such a struct in registers, whereas a loop filling an array
-// parameter was compiled to stores and reloads through the stack.
-struct Chunk32 {
-    __m256 v0, v1, v2, v3;
-};
-
-SPECDEC_AVX2_TARGET inline __m256 widen_q8(const std::byte* p, __m256 d) {
-    const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)));
-}
-
 SPECDEC_AVX2_TARGET inline __m256 widen_i8(__m128i q8, __m256 d) {
     return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)));
 }
 
-SPECDEC_AVX2_TARGET inline __m256 load_f16x8(const std::byte* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-
-SPECDEC_AVX2_TARGET inline __m256 load_bf16x8(const std::byte* p) {
-    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-}
-
-SPECDEC_AVX2_TARGET inline __m256 block_scale(const std::byte* block) {
-    Half d_bits;
-    std::memcpy(&d_bits, block, 2);
-    return _mm256_set1_ps(_cvtsh_ss(d_bits));
-}
-
-// Decodes values [32 b, 32 b + 32) of a row.
+// The F16 scale of quantised block b of a row, broadcast (unused for dense types).
 template <WeightType T>
-SPECDEC_AVX2_TARGET inline Chunk32 load_chunk(const std::byte* row, std::size_t b) {
+SPECDEC_AVX2_TARGET inline __m256 block_scale(const std::byte* row, std::size_t b) {
+    if constexpr (is_block_quantized(T)) {
+        constexpr std::size_t block_bytes = T == WeightType::q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+        Half d_bits;
+        std::memcpy(&d_bits, row + b * block_bytes, 2);
+        return _mm256_set1_ps(_cvtsh_ss(d_bits));
+    } else {
+        return _mm256_setzero_ps();
+    }
+}
+
+// Values [32 b + 8 i, 32 b + 8 i + 8) of a row as floats (i in 0..3); `d` is
+// the block's scale from block_scale.
+template <WeightType T>
+SPECDEC_AVX2_TARGET inline __m256 load8(const std::byte* row, std::size_t b, int i, __m256 d) {
     if constexpr (T == WeightType::f32) {
-        const float* p = reinterpret_cast<const float*>(row) + b * 32;
-        return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8), _mm256_loadu_ps(p + 16), _mm256_loadu_ps(p + 24)};
+        return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + b * 32 + 8 * i);
     } else if constexpr (T == WeightType::f16) {
-        const std::byte* p = row + b * 64;
-        return {load_f16x8(p), load_f16x8(p + 16), load_f16x8(p + 32), load_f16x8(p + 48)};
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * 64 + 16 * i)));
     } else if constexpr (T == WeightType::bf16) {
-        const std::byte* p = row + b * 64;
-        return {load_bf16x8(p), load_bf16x8(p + 16), load_bf16x8(p + 32), load_bf16x8(p + 48)};
+        const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * 64 + 16 * i)));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
     } else if constexpr (T == WeightType::q8_0) {
-        const std::byte* block = row + b * sizeof(BlockQ8_0);
-        const __m256 d = block_scale(block);
-        const std::byte* qs = block + 2;
-        return {widen_q8(qs, d), widen_q8(qs + 8, d), widen_q8(qs + 16, d), widen_q8(qs + 24, d)};
+        const std::byte* qs = row + b * sizeof(BlockQ8_0) + 2;
+        return widen_i8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * i)), d);
     } else {
         static_assert(T == WeightType::q4_0);
-        const std::byte* block = row + b * sizeof(BlockQ4_0);
-        const __m256 d = block_scale(block);
-        const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
-        const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
-        const __m128i low = _mm_sub_epi8(_mm_and_si128(packed, mask), eight);                      // values 0..15
-        const __m128i high = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(packed, 4), mask), eight);  // values 16..31
-        return {widen_i8(low, d), widen_i8(_mm_srli_si128(low, 8), d), widen_i8(high, d), widen_i8(_mm_srli_si128(high, 8), d)};
+        // Values 0..15 are the low nibbles of bytes 0..15, values 16..31 the high nibbles.
+        const std::byte* qs = row + b * sizeof(BlockQ4_0) + 2;
+        __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * (i & 1)));
+        if (i >= 2) bytes = _mm_srli_epi16(bytes, 4);
+        const __m128i nibbles = _mm_sub_epi8(_mm_and_si128(bytes, _mm_set1_epi8(0x0F)), _mm_set1_epi8(8));
+        return widen_i8(nibbles, d);
     }
 }
 
@@ -126,41 +107,65 @@ inline float load_scalar(const std::byte* row, std::size_t k) {
     }
 }
 
-// NC columns against rows [row_begin, row_end). For few columns each column
-// gets several accumulators so the FMA latency chain does not bound decode.
-template <WeightType T, int NC>
-SPECDEC_AVX2_TARGET void matmul_rows_avx2(const WeightMatrix& w, std::size_t row_begin, std::size_t row_end,
-                                          const float* x, std::size_t x_stride, float* y, std::size_t y_stride,
-                                          bool accumulate) {
-    constexpr int A = NC >= 4 ? 1 : (NC >= 2 ? 2 : 4);
+// A tile of R consecutive rows (from row_begin) x NC columns. Each 8-value
+// slice of the R rows is decoded once and multiplied by every column, and
+// each column slice is loaded once for all R rows; the R x NC accumulators,
+// R weight and one column register stay in the 16 AVX registers.
+template <WeightType T, int R, int NC>
+SPECDEC_AVX2_TARGET void matmul_tile_avx2(const WeightMatrix& w, std::size_t row_begin, const float* x,
+                                          std::size_t x_stride, float* y, std::size_t y_stride, bool accumulate) {
     const std::size_t chunks = w.cols / 32;
     const std::size_t row_bytes = w.row_bytes();
-    for (std::size_t r = row_begin; r < row_end; ++r) {
-        const std::byte* row = w.data + r * row_bytes;
-        __m256 sum[NC][A];
-        for (int c = 0; c < NC; ++c)
-            for (int a = 0; a < A; ++a) sum[c][a] = _mm256_setzero_ps();
-        for (std::size_t b = 0; b < chunks; ++b) {
-            const Chunk32 w32 = load_chunk<T>(row, b);
-            const float* xb = x + b * 32;
-#pragma GCC unroll 8
+    const std::byte* rows[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) rows[r] = w.data + (row_begin + r) * row_bytes;
+    __m256 acc[R][NC];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_setzero_ps();
+    for (std::size_t b = 0; b < chunks; ++b) {
+        __m256 d[R];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) d[r] = block_scale<T>(rows[r], b);
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+            __m256 wv[R];
+#pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) wv[r] = load8<T>(rows[r], b, i, d[r]);
+#pragma GCC unroll 4
             for (int c = 0; c < NC; ++c) {
-                const float* xc = xb + c * x_stride;
-                sum[c][0 % A] = _mm256_fmadd_ps(w32.v0, _mm256_loadu_ps(xc), sum[c][0 % A]);
-                sum[c][1 % A] = _mm256_fmadd_ps(w32.v1, _mm256_loadu_ps(xc + 8), sum[c][1 % A]);
-                sum[c][2 % A] = _mm256_fmadd_ps(w32.v2, _mm256_loadu_ps(xc + 16), sum[c][2 % A]);
-                sum[c][3 % A] = _mm256_fmadd_ps(w32.v3, _mm256_loadu_ps(xc + 24), sum[c][3 % A]);
+                const __m256 xv = _mm256_loadu_ps(x + c * x_stride + b * 32 + 8 * i);
+#pragma GCC unroll 4
+                for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(wv[r], xv, acc[r][c]);
             }
         }
+    }
+    for (int r = 0; r < R; ++r) {
         for (int c = 0; c < NC; ++c) {
-            __m256 total = sum[c][0];
-            for (int a = 1; a < A; ++a) total = _mm256_add_ps(total, sum[c][a]);
-            float result = horizontal_sum(total);
+            float result = horizontal_sum(acc[r][c]);
             if constexpr (!is_block_quantized(T)) {
-                for (std::size_t k = chunks * 32; k < w.cols; ++k) result += load_scalar<T>(row, k) * x[c * x_stride + k];
+                for (std::size_t k = chunks * 32; k < w.cols; ++k) result += load_scalar<T>(rows[r], k) * x[c * x_stride + k];
             }
-            float& out = y[c * y_stride + r];
+            float& out = y[c * y_stride + row_begin + r];
             out = accumulate ? out + result : result;
+        }
+    }
+}
+
+template <WeightType T, int R>
+SPECDEC_AVX2_TARGET void matmul_row_tile_avx2(const WeightMatrix& w, std::size_t row_begin, const float* x,
+                                              std::size_t x_stride, std::size_t columns, float* y, std::size_t y_stride,
+                                              bool accumulate) {
+    // Column groups of 4 reuse the tile's rows while they are in L1.
+    for (std::size_t c0 = 0; c0 < columns; c0 += kColumnGroup) {
+        const float* xg = x + c0 * x_stride;
+        float* yg = y + c0 * y_stride;
+        switch (std::min(kColumnGroup, columns - c0)) {
+            case 1: matmul_tile_avx2<T, R, 1>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
+            case 2: matmul_tile_avx2<T, R, 2>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
+            case 3: matmul_tile_avx2<T, R, 3>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
+            default: matmul_tile_avx2<T, R, 4>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
         }
     }
 }
@@ -168,25 +173,14 @@ SPECDEC_AVX2_TARGET void matmul_rows_avx2(const WeightMatrix& w, std::size_t row
 template <WeightType T>
 void matmul_rows_avx2_any(const WeightMatrix& w, std::size_t row_begin, std::size_t row_end, const float* x,
                           std::size_t x_stride, std::size_t columns, float* y, std::size_t y_stride, bool accumulate) {
-    for (std::size_t c0 = 0; c0 < columns; c0 += kColumnGroup) {
-        const std::size_t group = std::min(kColumnGroup, columns - c0);
-        const float* xg = x + c0 * x_stride;
-        float* yg = y + c0 * y_stride;
-        switch (group) {
-#define SPECDEC_MATMUL_CASE(N) \
-    case N: matmul_rows_avx2<T, N>(w, row_begin, row_end, xg, x_stride, yg, y_stride, accumulate); break;
-            SPECDEC_MATMUL_CASE(1)
-            SPECDEC_MATMUL_CASE(2)
-            SPECDEC_MATMUL_CASE(3)
-            SPECDEC_MATMUL_CASE(4)
-            SPECDEC_MATMUL_CASE(5)
-            SPECDEC_MATMUL_CASE(6)
-            SPECDEC_MATMUL_CASE(7)
-            SPECDEC_MATMUL_CASE(8)
-#undef SPECDEC_MATMUL_CASE
-            default: break;
-        }
+    std::size_t r = row_begin;
+    if (columns == 1) {
+        // One column: four rows at once give four independent FMA chains.
+        for (; r + 4 <= row_end; r += 4) matmul_tile_avx2<T, 4, 1>(w, r, x, x_stride, y, y_stride, accumulate);
+    } else {
+        for (; r + 2 <= row_end; r += 2) matmul_row_tile_avx2<T, 2>(w, r, x, x_stride, columns, y, y_stride, accumulate);
     }
+    for (; r < row_end; ++r) matmul_row_tile_avx2<T, 1>(w, r, x, x_stride, columns, y, y_stride, accumulate);
 }
 #endif  // SPECDEC_HAS_X86_KERNELS
 

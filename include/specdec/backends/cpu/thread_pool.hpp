@@ -67,7 +67,12 @@ public:
         }
         if (sleepers_.load(std::memory_order_acquire) > 0) wake_.notify_all();
         run_tasks();
-        while (busy_workers_.load(std::memory_order_acquire) != 0) pause();
+        // Spin for the stragglers, yielding once in a while: on an oversubscribed
+        // machine a descheduled worker needs this core to finish.
+        for (unsigned spins = 1; busy_workers_.load(std::memory_order_acquire) != 0; ++spins) {
+            if (spins % 1024 == 0) std::this_thread::yield();
+            else pause();
+        }
         if (error_) std::rethrow_exception(error_);
     }
 

@@ -1,0 +1,124 @@
+// forward(n tokens) is one batched pass that must give the same logits as n
+// single-token passes, for every storage type, and rollback (truncate) must
+// leave the model as if the discarded tokens had never been fed.
+#include <vector>
+
+#include "models/model_test_support.hpp"
+#include "specdec/models/synthetic.hpp"
+#include "support/catch.hpp"
+
+namespace {
+
+using specdec::LlamaModel;
+using specdec::Token;
+using specdec::WeightType;
+
+std::vector<Token> test_tokens(std::size_t count, std::size_t vocab) {
+    std::vector<Token> tokens;
+    for (std::size_t i = 0; i < count; ++i) tokens.push_back(static_cast<Token>((i * 37 + 11) % vocab));
+    return tokens;
+}
+
+LlamaModel tiny_model(WeightType storage) {
+    return specdec::make_synthetic_target({.size = "tiny", .seed = 3, .target_storage = storage, .threads = 2});
+}
+
+}  // namespace
+
+TEST_CASE("a batched forward of n tokens equals n single-token forwards for every storage type", "[model]") {
+    const WeightType storage = GENERATE(WeightType::f32, WeightType::f16, WeightType::bf16, WeightType::q8_0, WeightType::q4_0);
+    INFO("storage " << specdec::weight_type_name(storage));
+    LlamaModel model = tiny_model(storage);
+    const std::vector<Token> tokens = test_tokens(48, model.vocab_size());
+    const auto reference = specdec::test::logits_one_by_one(model, tokens);
+    // Batches of several sizes (below, at and above the kernels' 4-column groups), continuing a growing cache.
+    model.truncate(0);
+    std::size_t position = 0;
+    for (const std::size_t n : {1, 2, 3, 4, 5, 8, 9, 16}) {
+        INFO("batch of " << n << " at position " << position);
+        const auto view = model.forward(std::span<const Token>(tokens.data() + position, n));
+        REQUIRE(view.rows == n);
+        for (std::size_t i = 0; i < n; ++i) {
+            // Tolerance 1e-4 absolute on logits of magnitude ~10: only summation order may differ.
+            CHECK(specdec::test::max_abs_difference(view.row(i), reference[position + i]) < 1e-4f);
+        }
+        position += n;
+    }
+    CHECK(model.cached_tokens() == 48);
+}
+
+TEST_CASE("truncate then re-forward gives the logits of a fresh model fed the same tokens", "[model]") {
+    const WeightType storage = GENERATE(WeightType::f32, WeightType::q4_0);
+    LlamaModel model = tiny_model(storage);
+    LlamaModel fresh = tiny_model(storage);
+    const std::vector<Token> first = test_tokens(12, model.vocab_size());
+    const std::vector<Token> replacement = {5, 6, 7, 8, 9};
+
+    model.forward(first);
+    model.truncate(7);
+    CHECK(model.cached_tokens() == 7);
+    const auto rolled_back = specdec::test::copy_rows(model.forward(replacement));
+
+    std::vector<Token> expected_tokens(first.begin(), first.begin() + 7);
+    expected_tokens.insert(expected_tokens.end(), replacement.begin(), replacement.end());
+    const auto expected = specdec::test::copy_rows(fresh.forward(expected_tokens));
+    for (std::size_t i = 0; i < replacement.size(); ++i) {
+        CHECK(specdec::test::max_abs_difference(rolled_back[i], expected[7 + i]) < 1e-4f);
+    }
+    // Repeated truncations, including to zero.
+    model.truncate(3);
+    model.truncate(0);
+    CHECK(model.cached_tokens() == 0);
+    const auto restart = specdec::test::copy_rows(model.forward(std::span<const Token>(expected_tokens.data(), 4)));
+    for (std::size_t i = 0; i < 4; ++i) CHECK(specdec::test::max_abs_difference(restart[i], expected[i]) < 1e-4f);
+}
+
+TEST_CASE("the SIMD matrix kernels agree with the scalar kernels", "[model]") {
+    // Row lengths with and without a tail beyond the 32-value chunks (dense types only).
+    const WeightType type = GENERATE(WeightType::f32, WeightType::f16, WeightType::bf16, WeightType::q8_0, WeightType::q4_0);
+    const std::size_t cols = GENERATE(std::size_t{64}, std::size_t{172}, std::size_t{256});
+    if (specdec::is_block_quantized(type) && cols % 32 != 0) return;
+    INFO(specdec::weight_type_name(type) << " with " << cols << " columns");
+    const std::size_t rows = 23;
+    const std::size_t row_bytes = specdec::weight_row_bytes(type, cols);
+    std::vector<std::byte> data(rows * row_bytes);
+    std::vector<float> values(cols);
+    for (std::size_t r = 0; r < rows; ++r) {
+        for (std::size_t k = 0; k < cols; ++k) values[k] = specdec::detail::synthetic_normal(99, r * cols + k);
+        specdec::cpu::quantize_row(type, values.data(), cols, data.data() + r * row_bytes);
+    }
+    const specdec::WeightMatrix w{type, rows, cols, data.data()};
+    specdec::cpu::ThreadPool pool(2);
+    for (const std::size_t n : {1, 2, 3, 4, 5, 7, 12}) {
+        std::vector<float> x(n * cols);
+        for (std::size_t i = 0; i < x.size(); ++i) x[i] = specdec::detail::synthetic_normal(7, i);
+        std::vector<float> fast(n * rows, 1.0f), scalar(n * rows, 1.0f);
+        specdec::cpu::matmul(pool, w, x.data(), cols, n, fast.data(), rows, /*accumulate=*/true);
+        specdec::cpu::detail::matmul_rows_scalar(w, 0, rows, x.data(), cols, n, scalar.data(), rows, true);
+        // Dot products of ~256 unit-variance terms: 1e-3 absolute covers float reassociation.
+        CHECK(specdec::test::max_abs_difference(fast, scalar) < 1e-3f);
+    }
+}
+
+TEST_CASE("F16, BF16, Q8_0 and Q4_0 encodings round-trip within their precision", "[model]") {
+    using namespace specdec::cpu;
+    CHECK(half_to_float(float_to_half(1.0f)) == 1.0f);
+    CHECK(half_to_float(float_to_half(-2.5f)) == -2.5f);
+    CHECK(half_to_float(float_to_half(65504.0f)) == 65504.0f);
+    CHECK(std::isinf(half_to_float(float_to_half(1e6f))));
+    CHECK(half_to_float(float_to_half(0x1p-24f)) == 0x1p-24f);  // smallest subnormal
+    CHECK(half_to_float(float_to_half(1.0f + 0x1p-11f)) == 1.0f);  // ties to even
+    CHECK(bf16_to_float(float_to_bf16(1.0f)) == 1.0f);
+    CHECK(bf16_to_float(float_to_bf16(3.0f)) == 3.0f);
+    std::vector<float> values(64);
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = specdec::detail::synthetic_normal(5, i);
+    for (const WeightType type : {WeightType::q8_0, WeightType::q4_0}) {
+        std::vector<std::byte> row(specdec::weight_row_bytes(type, values.size()));
+        quantize_row(type, values.data(), values.size(), row.data());
+        std::vector<float> decoded(values.size());
+        dequantize_row(specdec::WeightMatrix{type, 1, values.size(), row.data()}, 0, decoded.data());
+        // Half a quantisation step of a block whose largest value is ~3.5: 3.5/127/2 resp. 3.5/8/2.
+        const float bound = type == WeightType::q8_0 ? 0.02f : 0.25f;
+        CHECK(specdec::test::max_abs_difference(values, decoded) < bound);
+    }
+}
