@@ -46,6 +46,7 @@ struct BenchOptions {
     std::optional<std::string> json_path;
     std::optional<std::string> svg_path;
     std::string synthetic_size = "100m";
+    std::string synthetic_draft = "q4_0";  // the family's recommended draft (kDefaultSyntheticDraft)
     bool quiet = false;  // no progress indicator
     bool help = false;
 
@@ -68,6 +69,9 @@ models
                             draft model, or the model-free prompt-lookup drafter
   --synthetic-size tiny|100m
                             size of the embedded synthetic pair (default 100m)
+  --synthetic-draft q4_0|q8_0|early-exit|early-exit-q4_0|unrelated
+                            how the synthetic draft derives from the target (default q4_0;
+                            unrelated = an independent model, the control with acceptance ~0)
   --backend cpu|cuda        where the models run (default cpu)
   --threads N               CPU threads (default: all hardware threads)
 
@@ -144,7 +148,7 @@ inline void require_file(std::string_view flag, const std::string& path) {
 // Parses argv[1..]. Accepts "--flag value" and "--flag=value".
 [[nodiscard]] inline BenchOptions parse_options(std::span<const std::string_view> arguments) {
     BenchOptions options;
-    bool synthetic_size_given = false;
+    bool synthetic_option_given = false;
     for (std::size_t i = 0; i < arguments.size(); ++i) {
         std::string_view flag = arguments[i];
         std::optional<std::string_view> inline_value;
@@ -211,7 +215,14 @@ inline void require_file(std::string_view flag, const std::string& path) {
             if (size != "tiny" && size != "100m")
                 throw UsageError("--synthetic-size: '" + std::string(size) + "' is not a size, expected tiny or 100m");
             options.synthetic_size = std::string(size);
-            synthetic_size_given = true;
+            synthetic_option_given = true;
+        } else if (flag == "--synthetic-draft") {
+            const std::string_view kind = value();
+            if (kind != "q4_0" && kind != "q8_0" && kind != "early-exit" && kind != "early-exit-q4_0" && kind != "unrelated")
+                throw UsageError("--synthetic-draft: '" + std::string(kind) +
+                                 "' is not a draft kind, expected q4_0, q8_0, early-exit, early-exit-q4_0 or unrelated");
+            options.synthetic_draft = std::string(kind);
+            synthetic_option_given = true;
         } else {
             throw UsageError("unknown option '" + std::string(arguments[i]) + "' (see --help)");
         }
@@ -222,7 +233,8 @@ inline void require_file(std::string_view flag, const std::string& path) {
         detail::require_file("--target", *options.target_path);
         if (!options.draft_path)
             throw UsageError("--target needs --draft (a GGUF file sharing the target's tokenizer, or prompt-lookup)");
-        if (synthetic_size_given) throw UsageError("--synthetic-size applies to the embedded models, not with --target");
+        if (synthetic_option_given)
+            throw UsageError("--synthetic-size and --synthetic-draft apply to the embedded models, not with --target");
     } else if (options.draft_path && !options.uses_prompt_lookup()) {
         throw UsageError("--draft FILE needs --target FILE (only prompt-lookup can draft for the synthetic target)");
     }

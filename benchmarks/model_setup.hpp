@@ -80,6 +80,16 @@ struct ModelSetup {
     return ModelInfo{"prompt-lookup", "prompt-lookup (n-gram match in the context, no model)", 0, 0, false};
 }
 
+[[nodiscard]] inline SyntheticDraftKind parse_synthetic_draft_kind(std::string_view name) {
+    for (const SyntheticDraftKind kind : {SyntheticDraftKind::quantized_q4, SyntheticDraftKind::quantized_q8,
+                                          SyntheticDraftKind::early_exit, SyntheticDraftKind::early_exit_q4,
+                                          SyntheticDraftKind::unrelated}) {
+        if (name == synthetic_draft_kind_name(kind)) return kind;
+    }
+    throw UsageError("--synthetic-draft: '" + std::string(name) +
+                     "' is not a draft kind, expected q4_0, q8_0, early-exit, early-exit-q4_0 or unrelated");
+}
+
 namespace detail {
 
 // Room for the prompt, the generation and one full verification pass.
@@ -102,7 +112,7 @@ inline void tokenize_prompt(const BenchOptions& options, ModelSetup& setup) {
 #ifdef SPECDEC_BENCH_HAS_TOKENIZER
     const gguf::File file = gguf::File::open(*options.target_path);
     const Tokenizer tokenizer = Tokenizer::from_gguf(file);
-    setup.prompt = tokenizer.encode(text, /*add_bos=*/true);
+    setup.prompt = tokenizer.encode(text, /*add_bos=*/tokenizer.has_bos());
     setup.prompt_text = text;
 #else
     // Built before the tokenizer existed: BOS alone is a valid Llama prompt.
@@ -114,14 +124,20 @@ inline void tokenize_prompt(const BenchOptions& options, ModelSetup& setup) {
 
 inline void set_up_cpu_gguf(const BenchOptions& options, ModelSetup& setup, const std::shared_ptr<cpu::ThreadPool>& pool) {
     tokenize_prompt(options, setup);
-    const LlamaOptions model_options{.threads = 0, .max_context = context_needed(options, setup.prompt.size()), .thread_pool = pool, .name = {}};
-    auto target = std::make_unique<LlamaModel>(LlamaModel::from_gguf(*options.target_path, model_options));
+    // Named after their files: general.name is often just "llama" in both.
+    auto model_options = [&](const std::string& path) {
+        return LlamaOptions{.threads = 0,
+                            .max_context = context_needed(options, setup.prompt.size()),
+                            .thread_pool = pool,
+                            .name = std::filesystem::path(path).stem().string()};
+    };
+    auto target = std::make_unique<LlamaModel>(LlamaModel::from_gguf(*options.target_path, model_options(*options.target_path)));
     setup.target_info = describe_llama(*target, false);
     if (options.uses_prompt_lookup()) {
         setup.draft = std::make_unique<PromptLookupDrafter>();
         setup.draft_info = describe_prompt_lookup();
     } else {
-        auto draft = std::make_unique<LlamaModel>(LlamaModel::from_gguf(*options.draft_path, model_options));
+        auto draft = std::make_unique<LlamaModel>(LlamaModel::from_gguf(*options.draft_path, model_options(*options.draft_path)));
         check_same_vocabulary(target->vocab_size(), draft->vocab_size());
         setup.draft_info = describe_llama(*draft, false);
         setup.draft = std::move(draft);
@@ -146,7 +162,7 @@ inline void set_up_cpu_synthetic(const BenchOptions& options, ModelSetup& setup,
         setup.draft = std::make_unique<PromptLookupDrafter>();
         setup.draft_info = describe_prompt_lookup();
     } else {
-        auto draft = std::make_unique<LlamaModel>(make_synthetic_draft(synthetic));
+        auto draft = std::make_unique<LlamaModel>(make_synthetic_draft(synthetic, parse_synthetic_draft_kind(options.synthetic_draft)));
         setup.draft_info = describe_llama(*draft, true);
         setup.draft = std::move(draft);
     }

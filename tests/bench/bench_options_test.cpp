@@ -1,0 +1,114 @@
+// specdec-bench's command line: every mistake is a UsageError (exit code 2)
+// naming the bad value, never a crash or a silently ignored option.
+#include <string_view>
+#include <vector>
+
+#include "support/catch.hpp"
+
+#include "../../benchmarks/bench_options.hpp"
+
+using specdec::bench::BenchOptions;
+using specdec::bench::UsageError;
+
+namespace {
+
+BenchOptions parse(std::vector<std::string_view> arguments) {
+    return specdec::bench::parse_options(std::span<const std::string_view>(arguments));
+}
+
+}  // namespace
+
+TEST_CASE("no arguments select the embedded synthetic pair with the documented defaults", "[bench][cli]") {
+    const BenchOptions options = parse({});
+    CHECK(options.uses_synthetic_target());
+    CHECK(!options.draft_path);
+    CHECK(options.synthetic_size == "100m");
+    CHECK(options.backend == specdec::bench::Backend::cpu);
+    CHECK(options.draft_tokens == std::vector<std::size_t>{1, 2, 3, 4, 6});
+    CHECK(options.temperatures == std::vector<double>{0.0, 1.0});
+    CHECK(options.repetitions >= 1);
+}
+
+TEST_CASE("lists, numbers and both flag spellings are parsed", "[bench][cli]") {
+    const BenchOptions options = parse({"--draft-tokens", "8,2,4,2", "--temperatures=0,0.7", "--new-tokens", "16",
+                                        "--repetitions=3", "--threads", "1", "--seed", "7", "--synthetic-size", "tiny",
+                                        "--json", "out.json", "--svg", "out.svg", "--quiet"});
+    CHECK(options.draft_tokens == std::vector<std::size_t>{2, 4, 8});  // sorted, duplicates dropped
+    CHECK(options.temperatures == std::vector<double>{0.0, 0.7});
+    CHECK(options.new_tokens == 16);
+    CHECK(options.repetitions == 3);
+    CHECK(options.threads == 1);
+    CHECK(options.seed == 7);
+    CHECK(options.synthetic_size == "tiny");
+    CHECK(options.json_path == std::optional<std::string>("out.json"));
+    CHECK(options.svg_path == std::optional<std::string>("out.svg"));
+    CHECK(options.quiet);
+}
+
+TEST_CASE("--help is accepted alone and stops validation", "[bench][cli]") {
+    CHECK(parse({"--help"}).help);
+    CHECK(parse({"--target", "/no/such/file.gguf", "--help"}).help);
+    CHECK(specdec::bench::usage_text().find("--draft-tokens") != std::string::npos);
+}
+
+TEST_CASE("prompt lookup can draft for the synthetic target", "[bench][cli]") {
+    const BenchOptions options = parse({"--draft", "prompt-lookup"});
+    CHECK(options.uses_prompt_lookup());
+    CHECK(options.uses_synthetic_target());
+}
+
+TEST_CASE("bad command lines are usage errors", "[bench][cli]") {
+    const std::vector<std::vector<std::string_view>> bad = {
+        {"--no-such-flag"},
+        {"extra-positional"},
+        {"--draft-tokens", "0"},
+        {"--draft-tokens", "1,0,2"},
+        {"--draft-tokens", "two"},
+        {"--draft-tokens", "1,,2"},
+        {"--draft-tokens", "-1"},
+        {"--draft-tokens", "3x"},
+        {"--draft-tokens"},
+        {"--temperatures", "-0.5"},
+        {"--temperatures", "hot"},
+        {"--temperatures", "nan"},
+        {"--temperatures", "inf"},
+        {"--new-tokens", "0"},
+        {"--new-tokens", "1e3"},
+        {"--repetitions", "0"},
+        {"--threads", "0"},
+        {"--seed", "-3"},
+        {"--backend", "tpu"},
+        {"--synthetic-size", "7b"},
+        {"--synthetic-draft", "magic"},
+        {"--target", "/no/such/target.gguf", "--draft", "prompt-lookup"},
+        {"--draft", "/no/such/draft.gguf"},
+        {"--quiet=yes"},
+    };
+    for (const auto& arguments : bad) {
+        std::string line;
+        for (const auto argument : arguments) line += std::string(argument) + " ";
+        INFO("arguments: " << line);
+        CHECK_THROWS_AS(parse(arguments), UsageError);
+    }
+}
+
+TEST_CASE("a target needs a draft, and synthetic options need the synthetic target", "[bench][cli]") {
+    // Any existing regular file passes the existence check; the model is only opened later.
+    const std::string existing = __FILE__;
+    CHECK_THROWS_AS(parse({"--target", existing}), UsageError);
+    CHECK_THROWS_AS(parse({"--target", existing, "--draft", "prompt-lookup", "--synthetic-size", "tiny"}), UsageError);
+    CHECK_NOTHROW(parse({"--target", existing, "--draft", existing}));
+    CHECK_NOTHROW(parse({"--target", existing, "--draft", "prompt-lookup"}));
+}
+
+TEST_CASE("error messages name the bad value", "[bench][cli]") {
+    try {
+        (void)parse({"--draft-tokens", "1,zero"});
+        FAIL("expected a UsageError");
+    } catch (const UsageError& error) {
+        const std::string message = error.what();
+        CHECK(message.find("--draft-tokens") != std::string::npos);
+        CHECK(message.find("zero") != std::string::npos);
+        CHECK(message.find('\n') == std::string::npos);
+    }
+}

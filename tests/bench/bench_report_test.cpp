@@ -1,0 +1,201 @@
+// A tiny end-to-end run of the benchmark on the synthetic "tiny" pair: the
+// JSON report carries every field the README and 04_read_report rely on, the
+// greedy check passes, and the SVG is a complete document.
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "support/catch.hpp"
+
+#include "../../benchmarks/bench_runner.hpp"
+#include "../../benchmarks/machine_info.hpp"
+#include "../../benchmarks/model_setup.hpp"
+#include "../../benchmarks/report_json.hpp"
+#include "../../benchmarks/report_svg.hpp"
+#include "../../benchmarks/report_table.hpp"
+
+using namespace specdec;
+using namespace specdec::bench;
+
+namespace {
+
+struct TinyPair {
+    std::shared_ptr<cpu::ThreadPool> pool = std::make_shared<cpu::ThreadPool>(1);
+    LlamaModel target;
+    LlamaModel draft;
+
+    static SyntheticOptions options(const std::shared_ptr<cpu::ThreadPool>& pool) {
+        SyntheticOptions o;
+        o.size = "tiny";
+        o.thread_pool = pool;
+        o.max_context = 64;
+        return o;
+    }
+    TinyPair() : target(make_synthetic_target(options(pool))), draft(make_synthetic_draft(options(pool))) {}
+};
+
+BenchInputs tiny_inputs(const LlamaModel& target, const ModelInfo& draft_info) {
+    BenchInputs inputs;
+    inputs.machine = MachineInfo{"test cpu", 1, "cpu"};
+    inputs.target = describe_llama(target, true);
+    inputs.draft = draft_info;
+    inputs.prompt = seeded_token_prompt(3, target.vocab_size(), 8);
+    inputs.settings = RunSettings{.draft_tokens = {1, 3}, .temperatures = {0.0, 1.0}, .new_tokens = 8, .repetitions = 2, .seed = 5};
+    inputs.cost_settings = CostMeasurementSettings{.step_samples = 2, .verification_samples = 1};
+    return inputs;
+}
+
+void require_number(const nlohmann::json& object, const char* key) {
+    INFO("field " << key);
+    REQUIRE(object.contains(key));
+    REQUIRE(object[key].is_number());
+    CHECK(std::isfinite(object[key].get<double>()));
+}
+
+}  // namespace
+
+TEST_CASE("a tiny synthetic run produces a JSON report with every required field", "[bench][report]") {
+    TinyPair pair;
+    const BenchInputs inputs = tiny_inputs(pair.target, describe_llama(pair.draft, true));
+    std::vector<ProgressStep> steps;
+    const BenchReport report = run_benchmark(pair.draft, pair.target, inputs, [&](const ProgressStep& s) { steps.push_back(s); });
+
+    CHECK(steps.size() == 2 * 2 * 2);  // temperatures x draft lengths x repetitions
+    CHECK(steps.back().configuration == 4);
+    CHECK(steps.back().configurations == 4);
+    REQUIRE(report.configurations.size() == 4);
+    CHECK(report.all_greedy_runs_match());
+
+    const nlohmann::json json = nlohmann::json::parse(report_to_json(report).dump());
+    REQUIRE(json.contains("machine"));
+    CHECK(json["machine"]["cpu"] == "test cpu");
+    CHECK(json["machine"]["threads"] == 1);
+    CHECK(json["machine"]["backend"] == "cpu");
+    for (const char* role : {"target", "draft"}) {
+        INFO("model " << role);
+        const nlohmann::json& model = json["models"][role];
+        CHECK(model["name"].is_string());
+        CHECK(model["type"].is_string());
+        CHECK(model["parameters"].get<std::uint64_t>() > 0);
+        CHECK(model["bytes"].get<std::uint64_t>() > 0);
+        CHECK(model["synthetic"] == true);
+    }
+    CHECK(json["formula"].get<std::string>().find("E / (k*c + v_k)") != std::string::npos);
+
+    const nlohmann::json& runs = json["runs"];
+    REQUIRE(runs.is_array());
+    REQUIRE(runs.size() == 8);  // an autoregressive and a speculative entry per configuration
+    std::size_t speculative = 0, autoregressive = 0;
+    for (const nlohmann::json& run : runs) {
+        for (const char* key : {"method", "draft_tokens", "temperature", "tokens_per_second", "speedup", "acceptance_rate",
+                                "mean_accepted", "predicted_speedup", "efficiency", "greedy_match",
+                                "per_position_acceptance", "cost_ratio", "verification_cost_ratio"}) {
+            INFO("field " << key);
+            CHECK(run.contains(key));
+        }
+        require_number(run, "tokens_per_second");
+        CHECK(run["tokens_per_second"].get<double>() > 0.0);
+        if (run["method"] == "speculative") {
+            ++speculative;
+            for (const char* key : {"speedup", "acceptance_rate", "alpha", "mean_accepted", "predicted_speedup", "efficiency",
+                                    "cost_ratio", "verification_cost_ratio"})
+                require_number(run, key);
+            const double alpha = run["acceptance_rate"].get<double>();
+            CHECK(alpha >= 0.0);
+            CHECK(alpha <= 1.0);
+            CHECK(run["per_position_acceptance"].size() == run["draft_tokens"].get<std::size_t>());
+            CHECK(run["generated_tokens"] == 8 * 2);  // summed over the repetitions
+            if (run["temperature"] == 0.0) {
+                CHECK(run["greedy_match"] == true);
+            } else {
+                CHECK(run["greedy_match"].is_null());
+            }
+        } else {
+            ++autoregressive;
+            CHECK(run["method"] == "autoregressive");
+            CHECK(run["speedup"] == 1.0);
+            CHECK(run["acceptance_rate"].is_null());
+            CHECK(run["generated_tokens"] == 8 * 2);  // summed over the repetitions
+        }
+    }
+    CHECK(speculative == 4);
+    CHECK(autoregressive == 4);
+}
+
+TEST_CASE("the table and the SVG describe the same run", "[bench][report]") {
+    TinyPair pair;
+    BenchInputs inputs = tiny_inputs(pair.target, describe_llama(pair.draft, true));
+    inputs.settings.temperatures = {0.0};
+    inputs.settings.repetitions = 1;
+    const BenchReport report = run_benchmark(pair.draft, pair.target, inputs);
+
+    std::ostringstream table;
+    print_header(table, report);
+    print_table(table, report);
+    CHECK(table.str().find("test cpu") != std::string::npos);
+    CHECK(table.str().find("synthetic") != std::string::npos);
+    CHECK(table.str().find("reproduced the autoregressive tokens exactly") != std::string::npos);
+    CHECK(table.str().find("MISMATCH") == std::string::npos);
+
+    const std::string svg = report_to_svg(report);
+    CHECK(svg.rfind("<svg", 0) == 0);
+    CHECK(svg.find("</svg>") != std::string::npos);
+    CHECK(svg.find("<polyline") != std::string::npos);
+    CHECK(svg.find("draft length k") != std::string::npos);
+    CHECK(svg.find("nan") == std::string::npos);
+}
+
+TEST_CASE("prompt lookup drafts through the same benchmark loop", "[bench][report]") {
+    TinyPair pair;
+    PromptLookupDrafter lookup;
+    BenchInputs inputs = tiny_inputs(pair.target, describe_prompt_lookup());
+    inputs.settings.repetitions = 1;
+    const BenchReport report = run_benchmark(lookup, pair.target, inputs);
+    REQUIRE(report.configurations.size() == 4);
+    CHECK(report.all_greedy_runs_match());
+    CHECK(report.costs.cost_ratio() < 1.0);  // a lookup is far cheaper than a forward pass
+    const nlohmann::json json = report_to_json(report);
+    CHECK(json["models"]["draft"]["synthetic"] == false);
+}
+
+TEST_CASE("a greedy mismatch is recorded with the first differing token", "[bench][report]") {
+    ConfigurationResult result;
+    bench::detail::check_greedy_match(result, {1, 2, 3}, {1, 2, 3});
+    CHECK(result.greedy_match == std::optional<bool>(true));
+    bench::detail::check_greedy_match(result, {1, 2, 3}, {1, 9, 3});
+    CHECK(result.greedy_match == std::optional<bool>(false));
+    CHECK(result.first_mismatch == std::optional<std::size_t>(1));
+    bench::detail::check_greedy_match(result, {1, 2, 3}, {1, 2, 3});  // a later match does not hide it
+    CHECK(result.greedy_match == std::optional<bool>(false));
+
+    BenchReport report;
+    result.temperature = 0.0;
+    result.draft_tokens = 2;
+    report.configurations.push_back(result);
+    std::ostringstream table;
+    print_table(table, report);
+    CHECK(table.str().find("GREEDY MISMATCH") != std::string::npos);
+    CHECK(report_to_json(report)["greedy_match"] == false);
+}
+
+TEST_CASE("mismatched vocabularies and impossible setups are usage errors", "[bench][report]") {
+    CHECK_THROWS_AS(bench::detail::check_same_vocabulary(512, 32000), UsageError);
+    CHECK_NOTHROW(bench::detail::check_same_vocabulary(512, 512));
+    BenchOptions options;
+    options.prompt = "text";  // the synthetic models have no tokenizer
+    CHECK_THROWS_AS(set_up_models(options), UsageError);
+#ifndef SPECDEC_BENCH_WITH_CUDA
+    BenchOptions cuda;
+    cuda.backend = Backend::cuda;
+    CHECK_THROWS_AS(set_up_models(cuda), UsageError);
+#endif
+}
+
+TEST_CASE("the machine line reads the CPU model from /proc/cpuinfo", "[bench][report]") {
+    CHECK(!cpu_model_name().empty());
+    CHECK(cpu_model_name("/no/such/cpuinfo") == "unknown");
+    CHECK(hardware_threads() >= 1);
+}
