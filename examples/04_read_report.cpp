@@ -1,0 +1,56 @@
+// 04: read a specdec-bench JSON report and print the best configuration.
+//
+//   specdec-bench --json report.json && 04_read_report report.json
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+int main(int argc, char** argv) {
+    if (argc != 2) {
+        std::fprintf(stderr, "usage: %s REPORT.json (written by specdec-bench --json)\n", argv[0]);
+        return 2;
+    }
+    std::ifstream file(argv[1]);
+    if (!file) {
+        std::fprintf(stderr, "cannot open %s\n", argv[1]);
+        return 1;
+    }
+    try {
+        const nlohmann::json report = nlohmann::json::parse(file);
+        const nlohmann::json& machine = report.at("machine");
+        std::printf("machine: %s, %d threads, %s\n", machine.at("cpu").get<std::string>().c_str(),
+                    machine.at("threads").get<int>(), machine.at("backend").get<std::string>().c_str());
+        std::printf("target %s, draft %s\n", report.at("models").at("target").at("name").get<std::string>().c_str(),
+                    report.at("models").at("draft").at("name").get<std::string>().c_str());
+
+        const nlohmann::json* best = nullptr;
+        for (const nlohmann::json& run : report.at("runs")) {
+            if (run.at("method") != "speculative") continue;
+            if (best == nullptr || run.at("speedup").get<double>() > best->at("speedup").get<double>()) best = &run;
+        }
+        if (best == nullptr) {
+            std::printf("the report has no speculative run\n");
+            return 0;
+        }
+        const nlohmann::json& b = *best;
+        std::printf("best: temperature %g, %d draft tokens: %.2fx measured (%.2fx predicted, efficiency %.2f)\n",
+                    b.at("temperature").get<double>(), b.at("draft_tokens").get<int>(), b.at("speedup").get<double>(),
+                    b.at("predicted_speedup").get<double>(), b.at("efficiency").get<double>());
+        std::printf("      %.1f tokens/s, acceptance %.2f, %.2f tokens per target pass, greedy match: %s\n",
+                    b.at("tokens_per_second").get<double>(), b.at("acceptance_rate").get<double>(),
+                    b.at("mean_tokens_per_target_pass").get<double>(),
+                    b.at("greedy_match").is_null() ? "n/a (sampled)" : (b.at("greedy_match").get<bool>() ? "yes" : "NO"));
+    } catch (const nlohmann::json::exception& error) {
+        std::fprintf(stderr, "%s is not a specdec-bench report: %s\n", argv[1], error.what());
+        return 1;
+    }
+}
+
+// Expected output for a report of the tiny synthetic pair (numbers vary by machine):
+//
+// machine: AMD EPYC, 2 threads, cpu
+// target synthetic-tiny-F32-seed1, draft synthetic-tiny-draft-q4_0-seed1
+// best: temperature 1, 1 draft tokens: 1.10x measured (1.70x predicted, efficiency 0.65)
+//       332.4 tokens/s, acceptance 1.00, 2.00 tokens per target pass, greedy match: n/a (sampled)
