@@ -94,9 +94,27 @@ TEST_CASE("the SIMD matrix kernels agree with the scalar kernels", "[model]") {
         for (std::size_t i = 0; i < x.size(); ++i) x[i] = specdec::detail::synthetic_normal(7, i);
         std::vector<float> fast(n * rows, 1.0f), scalar(n * rows, 1.0f);
         specdec::cpu::matmul(pool, w, x.data(), cols, n, fast.data(), rows, /*accumulate=*/true);
-        specdec::cpu::detail::matmul_rows_scalar(w, 0, rows, x.data(), cols, n, scalar.data(), rows, true);
+        if (specdec::is_block_quantized(type)) {
+            // Both kernels round the activations to Q8 blocks and sum the same integers.
+            specdec::cpu::Q8Activations qx;
+            specdec::cpu::quantize_activations(x.data(), cols, n, cols, qx);
+            if (type == WeightType::q8_0) {
+                specdec::cpu::detail::quant_matmul_rows_scalar<WeightType::q8_0>(w, 0, rows, qx, n, scalar.data(), rows, true);
+            } else {
+                specdec::cpu::detail::quant_matmul_rows_scalar<WeightType::q4_0>(w, 0, rows, qx, n, scalar.data(), rows, true);
+            }
+        } else {
+            specdec::cpu::detail::matmul_rows_scalar(w, 0, rows, x.data(), cols, n, scalar.data(), rows, true);
+        }
         // Dot products of ~256 unit-variance terms: 1e-3 absolute covers float reassociation.
         CHECK(specdec::test::max_abs_difference(fast, scalar) < 1e-3f);
+        if (specdec::is_block_quantized(type)) {
+            // Against float activations the 8-bit rounding of x shows: each x is off by at most
+            // max|x| / 254 (~0.015), and the errors of sqrt(cols) ~ 16 terms add up to ~0.1-0.3.
+            std::vector<float> float_activations(n * rows, 1.0f);
+            specdec::cpu::detail::matmul_rows_scalar(w, 0, rows, x.data(), cols, n, float_activations.data(), rows, true);
+            CHECK(specdec::test::max_abs_difference(fast, float_activations) < 0.6f);
+        }
     }
 }
 

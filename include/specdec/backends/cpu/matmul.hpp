@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "specdec/backends/cpu/quant_matmul.hpp"
 #include "specdec/backends/cpu/simd.hpp"
 #include "specdec/backends/cpu/thread_pool.hpp"
 #include "specdec/backends/cpu/weight_matrix.hpp"
@@ -204,7 +205,9 @@ inline void matmul_rows(const WeightMatrix& w, std::size_t row_begin, std::size_
 
 // Computes every target's product with the same input block x (columns
 // vectors of length weight->cols, column c at x + c * x_stride) in one parallel
-// section. Input and outputs must not overlap.
+// section. Input and outputs must not overlap. Q8_0/Q4_0 weights go through
+// the integer kernels of quant_matmul.hpp (activations rounded to 8 bits, as
+// llama.cpp does); the other types multiply float activations.
 inline void matmul(ThreadPool& pool, std::span<const MatmulTarget> targets, const float* x, std::size_t x_stride,
                    std::size_t columns) {
     if (columns == 0 || targets.empty()) return;
@@ -223,11 +226,23 @@ inline void matmul(ThreadPool& pool, std::span<const MatmulTarget> targets, cons
     for (const auto& t : targets) {
         for (std::size_t r = 0; r < t.weight->rows; r += chunk) tasks.push_back({&t, r, std::min(t.weight->rows, r + chunk)});
     }
+    // Block-quantised weights meet the activations quantised once to Q8 blocks.
+    thread_local Q8Activations quantized;
+    bool any_quantized = false;
+    for (const auto& t : targets) any_quantized = any_quantized || is_block_quantized(t.weight->type);
+    if (any_quantized) quantize_activations(x, x_stride, columns, targets.front().weight->cols, quantized);
     const Task* task_list = tasks.data();
+    const Q8Activations* qx = &quantized;
     pool.parallel_for(tasks.size(), [&](std::size_t i) {
         const Task& task = task_list[i];
-        detail::matmul_rows(*task.target->weight, task.row_begin, task.row_end, x, x_stride, columns, task.target->y,
-                            task.target->y_stride, task.target->accumulate);
+        const WeightMatrix& w = *task.target->weight;
+        if (is_block_quantized(w.type)) {
+            detail::quant_matmul_rows(w, task.row_begin, task.row_end, *qx, columns, task.target->y, task.target->y_stride,
+                                      task.target->accumulate);
+        } else {
+            detail::matmul_rows(w, task.row_begin, task.row_end, x, x_stride, columns, task.target->y, task.target->y_stride,
+                                task.target->accumulate);
+        }
     });
 }
 
