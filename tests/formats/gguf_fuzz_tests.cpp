@@ -13,6 +13,7 @@
 #include "format_test_support.hpp"
 #include "specdec/models/gguf.hpp"
 #include "specdec/models/gguf_writer.hpp"
+#include "specdec/models/tokenizer.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"
 
@@ -27,6 +28,7 @@ namespace {
 Writer fuzz_seed_model() {
     Writer writer;
     writer.add_string("general.architecture", "llama").add_uint32("llama.block_count", 2);
+    writer.add_string("tokenizer.ggml.model", "llama");
     writer.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5f).add_bool("tokenizer.ggml.add_bos_token", true);
     writer.add_int64("signed", -3).add_uint64("big", 1u << 20).add_uint8("byte", 7).add_float64("pi", 3.14159);
     const std::vector<std::string> tokens{"<unk>", "<s>", "</s>", "\xe2\x96\x81the", "a", "b"};
@@ -71,6 +73,16 @@ std::uint64_t read_everything(const File& file) {
         } catch (const specdec::Error&) {
             // Valid file, value of a kind the accessor refuses (negative, too large): fine.
         }
+    }
+    // The tokenizer must likewise accept or reject corrupted vocabularies cleanly.
+    try {
+        const specdec::Tokenizer tokenizer = specdec::Tokenizer::from_gguf(file);
+        const auto tokens = tokenizer.encode("the a b \xC3\xA9", tokenizer.has_bos());
+        checksum += tokenizer.decode(tokens).size();
+        std::vector<specdec::Token> every_token(tokenizer.vocab_size());
+        for (std::size_t i = 0; i < every_token.size(); ++i) every_token[i] = static_cast<specdec::Token>(i);
+        checksum += tokenizer.decode(every_token).size();
+    } catch (const specdec::Error&) {
     }
     for (const auto& tensor : file.tensors()) {
         for (std::size_t i = 0; i < tensor.byte_size; ++i) checksum += std::to_integer<std::uint8_t>(tensor.data[i]);

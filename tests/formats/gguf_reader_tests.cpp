@@ -86,6 +86,11 @@ TEST_CASE("Metadata of every GGUF value type reads back through the typed access
     CHECK(file.get_uint("u32") == 4000000000u);
     CHECK(file.get_uint("i32") == 7);
     CHECK(file.get_uint("u64") == std::numeric_limits<std::uint64_t>::max());
+    CHECK(file.get_int("i8") == -100);
+    CHECK(file.get_int("i64") == -(std::int64_t{1} << 40));
+    CHECK(file.get_int("u32") == 4000000000);
+    CHECK(file.get_int("u8") == 200);
+    CHECK_FALSE(file.find_int("absent").has_value());
     CHECK(file.get_float("i8") == -100.0);
     CHECK(file.get_float("i16") == -30000.0);
     CHECK(file.get_float("i64") == -static_cast<double>(std::int64_t{1} << 40));
@@ -130,6 +135,9 @@ TEST_CASE("Typed accessors reject missing keys, wrong types and negative unsigne
     CHECK(error_of([&] { (void)file.find_uint("text"); }).find("expected an unsigned integer") != std::string::npos);
     CHECK(error_of([&] { (void)file.get_uint("negative"); }).find("negative value -5") != std::string::npos);
     CHECK(error_of([&] { (void)file.get_uint("i8"); }).find("negative value -100") != std::string::npos);
+    CHECK(error_of([&] { (void)file.get_int("u64"); }).find("too large for a signed 64-bit integer") !=
+          std::string::npos);
+    CHECK(error_of([&] { (void)file.get_int("f32"); }).find("expected an integer") != std::string::npos);
     CHECK(error_of([&] { (void)file.get_float("text"); }).find("expected a number") != std::string::npos);
     CHECK(error_of([&] { (void)file.get_uint("yes"); }).find("has type bool") != std::string::npos);
     CHECK(error_of([&] { (void)file.get_string_array("floats"); }).find("holds float32 elements, expected strings") !=

@@ -1,6 +1,7 @@
 // The SentencePiece-style tokenizer on the real stories260K vocabulary,
 // against the llama.cpp reference outputs in stories260K.reference.json.
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -152,4 +153,26 @@ TEST_CASE("The stream decoder holds back a character split across byte tokens", 
     CHECK(stream.push(byte_token(0x97)).empty());
     CHECK(stream.flush() == "\xE6\x97");
     CHECK(stream.flush().empty());
+}
+
+TEST_CASE("Random byte strings round-trip through the stories260K tokenizer", "[tokenizer][fixture][fuzz]") {
+    SPECDEC_REQUIRE_FIXTURE(model_path, "stories260K.gguf");
+    const File file = File::open(model_path);
+    const Tokenizer tokenizer = Tokenizer::from_gguf(file);
+    std::mt19937 rng(4242);
+    // Mostly text-like characters with some raw bytes, so that merges and byte fallback mix.
+    const std::string alphabet = "aeiou tnrsl.,!\n";
+    for (int trial = 0; trial < 300; ++trial) {
+        std::string text(rng() % 60, '\0');
+        for (auto& c : text) {
+            c = rng() % 4 == 0 ? static_cast<char>(rng() % 256) : alphabet[rng() % alphabet.size()];
+        }
+        INFO("trial " << trial);
+        const auto tokens = tokenizer.encode(text, true);
+        CHECK(tokenizer.decode(tokens) == text);
+        Tokenizer::StreamDecoder stream(tokenizer);
+        std::string streamed;
+        for (const Token token : tokens) streamed += stream.push(token);
+        CHECK(streamed + stream.flush() == text);
+    }
 }

@@ -40,7 +40,9 @@ struct TensorInfo {
     TensorType type;
     std::vector<std::uint64_t> shape;  // GGUF/ggml order: shape[0] is the contiguous (fastest) dimension
     std::uint64_t element_count;
-    const std::byte* data;  // points into the memory mapping (aligned per general.alignment)
+    // Points into the memory mapping, at a multiple of general.alignment from
+    // the start of the file (so absolutely aligned for alignments up to the page size).
+    const std::byte* data;
     std::size_t byte_size;
 };
 
@@ -266,6 +268,23 @@ public:
         return static_cast<std::uint64_t>(value);
     }
 
+    // Any integer type as a signed value; a uint64 above INT64_MAX is an Error.
+    [[nodiscard]] std::optional<std::int64_t> find_int(std::string_view key) const {
+        const auto* entry = find_entry(key);
+        if (entry == nullptr) return std::nullopt;
+        if (!detail::is_integer(entry->type)) wrong_type(key, *entry, "an integer");
+        auto cursor = cursor_at(entry->value_offset);
+        if (entry->type == ValueType::uint64) {
+            const std::uint64_t value = cursor.read_u64(key);
+            if (value > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+                detail::fail(path_, "metadata key " + detail::quoted(key) + " holds " + std::to_string(value) +
+                                        ", too large for a signed 64-bit integer");
+            }
+            return static_cast<std::int64_t>(value);
+        }
+        return read_integer_element(cursor, entry->type, key);
+    }
+
     [[nodiscard]] std::optional<double> find_float(std::string_view key) const {
         const auto* entry = find_entry(key);
         if (entry == nullptr) return std::nullopt;
@@ -298,6 +317,7 @@ public:
     }
 
     [[nodiscard]] std::uint64_t get_uint(std::string_view key) const { return required(find_uint(key), key); }
+    [[nodiscard]] std::int64_t get_int(std::string_view key) const { return required(find_int(key), key); }
     [[nodiscard]] double get_float(std::string_view key) const { return required(find_float(key), key); }
     [[nodiscard]] std::string get_string(std::string_view key) const { return required(find_string(key), key); }
     [[nodiscard]] bool get_bool(std::string_view key) const { return required(find_bool(key), key); }

@@ -111,7 +111,7 @@ public:
     // remaining bytes are still to come (e.g. "é" split over two byte tokens).
     // Bytes that can never form valid UTF-8 are passed through, not held.
     // The concatenation of all push() results and flush() equals decode() of
-    // the same tokens.
+    // the same tokens. The tokenizer must outlive its stream decoders.
     class StreamDecoder {
     public:
         explicit StreamDecoder(const Tokenizer& tokenizer) : tokenizer_(&tokenizer) {}
