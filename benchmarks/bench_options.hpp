@@ -46,7 +46,9 @@ struct BenchOptions {
     std::optional<std::string> json_path;
     std::optional<std::string> svg_path;
     std::string synthetic_size = "100m";
-    std::string synthetic_draft = "q4_0";  // the family's recommended draft (kDefaultSyntheticDraft)
+    // How the synthetic draft derives from the target; none = the backend's
+    // default (CPU: q4_0, the family's recommended draft; CUDA: early-exit).
+    std::optional<std::string> synthetic_draft;
     bool quiet = false;  // no progress indicator
     bool help = false;
 
@@ -67,11 +69,11 @@ models
   --target FILE.gguf        target model (needs --draft)
   --draft FILE.gguf|prompt-lookup
                             draft model, or the model-free prompt-lookup drafter
-  --synthetic-size tiny|100m
-                            size of the embedded synthetic pair (default 100m)
+  --synthetic-size tiny|100m|1b|3b
+                            size of the embedded synthetic pair (default 100m; 1b and 3b: CUDA only)
   --synthetic-draft q4_0|q8_0|early-exit|early-exit-q4_0|unrelated
-                            how the synthetic draft derives from the target (default q4_0;
-                            unrelated = an independent model, the control with acceptance ~0)
+                            how the synthetic draft derives from the target (CPU default q4_0,
+                            CUDA: early-exit only; unrelated = an independent model, the control)
   --backend cpu|cuda        where the models run (default cpu)
   --threads N               CPU threads (default: all hardware threads)
 
@@ -212,8 +214,9 @@ inline void require_file(std::string_view flag, const std::string& path) {
             options.svg_path = std::string(value());
         } else if (flag == "--synthetic-size") {
             const std::string_view size = value();
-            if (size != "tiny" && size != "100m")
-                throw UsageError("--synthetic-size: '" + std::string(size) + "' is not a size, expected tiny or 100m");
+            if (size != "tiny" && size != "100m" && size != "1b" && size != "3b")
+                throw UsageError("--synthetic-size: '" + std::string(size) +
+                                 "' is not a size, expected tiny or 100m (1b, 3b: --backend cuda only)");
             options.synthetic_size = std::string(size);
             synthetic_option_given = true;
         } else if (flag == "--synthetic-draft") {

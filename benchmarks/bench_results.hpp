@@ -14,7 +14,8 @@ namespace specdec::bench {
 struct MachineInfo {
     std::string cpu;
     std::size_t threads = 0;
-    std::string backend;
+    std::string backend;  // "cpu" or "cuda"
+    std::string device;   // the accelerator, empty on the CPU backend
 };
 
 struct ModelInfo {

@@ -22,8 +22,7 @@
 #define SPECDEC_BENCH_HAS_TOKENIZER 1
 #endif
 #ifdef SPECDEC_BENCH_WITH_CUDA
-#include "specdec/backends/cuda/device.hpp"
-#include "specdec/backends/cuda/llama_model.hpp"
+#include "specdec/backends/cuda/cuda.cuh"
 #endif
 
 #include "bench_options.hpp"
@@ -55,6 +54,7 @@ struct ModelSetup {
     std::vector<Token> prompt;
     std::string prompt_text;  // empty for a seeded token prompt
     std::size_t threads = 0;
+    std::string device;  // the accelerator's description, empty on the CPU
 };
 
 // A token prompt for models without a tokenizer: ids drawn from the seeded
@@ -150,6 +150,8 @@ inline void set_up_cpu_gguf(const BenchOptions& options, ModelSetup& setup, cons
 
 inline void set_up_cpu_synthetic(const BenchOptions& options, ModelSetup& setup, const std::shared_ptr<cpu::ThreadPool>& pool) {
     if (options.prompt) throw UsageError("--prompt needs --target FILE.gguf: the synthetic models have no tokenizer");
+    if (options.synthetic_size != "tiny" && options.synthetic_size != "100m")
+        throw UsageError("--synthetic-size " + options.synthetic_size + " is generated on the GPU only: add --backend cuda");
     const SyntheticShape shape = synthetic_shape(options.synthetic_size);
     SyntheticOptions synthetic;
     synthetic.size = options.synthetic_size;
@@ -162,12 +164,73 @@ inline void set_up_cpu_synthetic(const BenchOptions& options, ModelSetup& setup,
         setup.draft = std::make_unique<PromptLookupDrafter>();
         setup.draft_info = describe_prompt_lookup();
     } else {
-        auto draft = std::make_unique<LlamaModel>(make_synthetic_draft(synthetic, parse_synthetic_draft_kind(options.synthetic_draft)));
+        const SyntheticDraftKind kind =
+            options.synthetic_draft ? parse_synthetic_draft_kind(*options.synthetic_draft) : kDefaultSyntheticDraft;
+        auto draft = std::make_unique<LlamaModel>(make_synthetic_draft(synthetic, kind));
         setup.draft_info = describe_llama(*draft, true);
         setup.draft = std::move(draft);
     }
     setup.target = std::move(target);
 }
+
+#ifdef SPECDEC_BENCH_WITH_CUDA
+// Parameters of a Llama of this shape (the CUDA model keeps no host weights to count).
+[[nodiscard]] inline std::uint64_t llama_parameter_count(const LlamaConfig& c) {
+    const std::uint64_t dim = c.embedding_dim, kv = c.kv_dim(), ffn = c.feed_forward_dim;
+    const std::uint64_t per_layer = 2 * dim * dim + 2 * dim * kv + 3 * dim * ffn + 2 * dim;
+    return 2 * c.vocab_size * dim + c.layer_count * per_layer + dim;
+}
+
+[[nodiscard]] inline ModelInfo describe_cuda(const cuda::CudaLlamaModel& model, bool synthetic) {
+    return ModelInfo{model.name(), std::string("llama ") + cuda::precision_name(model.precision()) + " on CUDA",
+                     llama_parameter_count(model.config()), model.device_weight_bytes(), synthetic};
+}
+
+inline void set_up_cuda_synthetic(const BenchOptions& options, ModelSetup& setup) {
+    if (options.prompt) throw UsageError("--prompt needs --target FILE.gguf: the synthetic models have no tokenizer");
+    if (options.synthetic_draft && *options.synthetic_draft != "early-exit")
+        throw UsageError("--synthetic-draft " + *options.synthetic_draft +
+                         ": the CUDA synthetic family derives early-exit drafts only");
+    cuda::CudaSyntheticOptions synthetic;
+    synthetic.size = options.synthetic_size;
+    synthetic.model.max_context = context_needed(options, kSyntheticPromptTokens);
+    auto target = std::make_unique<cuda::CudaLlamaModel>(cuda::make_cuda_synthetic_target(synthetic));
+    setup.target_info = describe_cuda(*target, true);
+    setup.prompt = seeded_token_prompt(options.seed, target->vocab_size(), kSyntheticPromptTokens);
+    if (options.uses_prompt_lookup()) {
+        setup.draft = std::make_unique<PromptLookupDrafter>();
+        setup.draft_info = describe_prompt_lookup();
+    } else {
+        auto draft = std::make_unique<cuda::CudaLlamaModel>(cuda::make_cuda_synthetic_draft(synthetic));
+        setup.draft_info = describe_cuda(*draft, true);
+        setup.draft = std::move(draft);
+    }
+    setup.target = std::move(target);
+}
+
+inline void set_up_cuda_gguf(const BenchOptions& options, ModelSetup& setup) {
+    tokenize_prompt(options, setup);
+    auto load = [&](const std::string& path) {
+        cuda::CudaModelOptions model_options;
+        model_options.max_context = context_needed(options, setup.prompt.size());
+        model_options.name = std::filesystem::path(path).stem().string();
+        const LlamaWeights weights = llama_weights_from_gguf(std::make_shared<const gguf::File>(gguf::File::open(path)));
+        return std::make_unique<cuda::CudaLlamaModel>(weights, model_options);
+    };
+    auto target = load(*options.target_path);
+    setup.target_info = describe_cuda(*target, false);
+    if (options.uses_prompt_lookup()) {
+        setup.draft = std::make_unique<PromptLookupDrafter>();
+        setup.draft_info = describe_prompt_lookup();
+    } else {
+        auto draft = load(*options.draft_path);
+        check_same_vocabulary(target->vocab_size(), draft->vocab_size());
+        setup.draft_info = describe_cuda(*draft, false);
+        setup.draft = std::move(draft);
+    }
+    setup.target = std::move(target);
+}
+#endif
 
 }  // namespace detail
 
@@ -176,7 +239,14 @@ inline void set_up_cpu_synthetic(const BenchOptions& options, ModelSetup& setup,
     if (options.backend == Backend::cuda) {
 #ifdef SPECDEC_BENCH_WITH_CUDA
         if (!cuda::available()) throw UsageError("--backend cuda: " + cuda::device_description());
-        throw UsageError("--backend cuda: not wired up yet");
+        setup.device = cuda::device_description();
+        setup.threads = 1;  // the host thread that drives the device
+        if (options.target_path) {
+            detail::set_up_cuda_gguf(options, setup);
+        } else {
+            detail::set_up_cuda_synthetic(options, setup);
+        }
+        return setup;
 #else
         throw UsageError("--backend cuda: this specdec-bench was built without CUDA (configure with -DSPECDEC_CUDA=ON)");
 #endif

@@ -89,7 +89,11 @@ inline constexpr int kReportFormatVersion = 1;
                                                    : 0.0}});
     }
     return {{"format_version", kReportFormatVersion},
-            {"machine", {{"cpu", report.machine.cpu}, {"threads", report.machine.threads}, {"backend", report.machine.backend}}},
+            {"machine",
+             {{"cpu", report.machine.cpu},
+              {"threads", report.machine.threads},
+              {"backend", report.machine.backend},
+              {"device", report.machine.device.empty() ? nlohmann::json(nullptr) : nlohmann::json(report.machine.device)}}},
             {"models", {{"target", model_to_json(report.target)}, {"draft", model_to_json(report.draft)}}},
             {"settings",
              {{"prompt_tokens", report.prompt_tokens},

@@ -143,7 +143,7 @@ inline void draw_series(std::ostringstream& svg, const PlotArea& area, const Ser
     svg << "<text x=\"500\" y=\"22\" text-anchor=\"middle\" font-size=\"13\">"
         << detail::escape_xml("target " + report.target.name + ", draft " + report.draft.name + " — " +
                               report.machine.cpu + ", " + std::to_string(report.machine.threads) + " threads, " +
-                              report.machine.backend)
+                              report.machine.backend + (report.machine.device.empty() ? "" : " " + report.machine.device))
         << "</text>\n";
     detail::draw_axes(svg, speedup_area, draft_lengths, speedup_step, "speedup over autoregressive", "speedup (x)");
     detail::draw_axes(svg, acceptance_area, draft_lengths, 0.2, "per-token acceptance alpha", "alpha");

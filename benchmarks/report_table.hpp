@@ -42,7 +42,7 @@ template <class... Args>
 
 inline void print_header(std::ostream& out, const BenchReport& report) {
     out << "machine: " << report.machine.cpu << ", " << report.machine.threads << " threads, backend "
-        << report.machine.backend << "\n";
+        << report.machine.backend << (report.machine.device.empty() ? "" : " (" + report.machine.device + ")") << "\n";
     out << "target:  " << detail::describe_model(report.target) << "\n";
     out << "draft:   " << detail::describe_model(report.draft) << "\n";
     if (report.target.synthetic || report.draft.synthetic)

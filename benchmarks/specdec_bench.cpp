@@ -84,7 +84,7 @@ int benchmark_and_report(Draft& draft, Target& target, BenchInputs inputs, const
 int run(const BenchOptions& options) {
     ModelSetup setup = set_up_models(options);
     BenchInputs inputs;
-    inputs.machine = MachineInfo{cpu_model_name(), setup.threads, std::string(to_string(options.backend))};
+    inputs.machine = MachineInfo{cpu_model_name(), setup.threads, std::string(to_string(options.backend)), setup.device};
     inputs.target = setup.target_info;
     inputs.draft = setup.draft_info;
     inputs.prompt = setup.prompt;
