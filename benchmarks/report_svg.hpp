@@ -137,9 +137,12 @@ inline void draw_series(std::ostringstream& svg, const PlotArea& area, const Ser
     const detail::PlotArea speedup_area{70, 60, 380, 280, k_min, k_max, 0.0, speedup_top};
     const detail::PlotArea acceptance_area{560, 60, 380, 280, k_min, k_max, 0.0, 1.0};
 
+    // Room below the plots for one legend line per temperature.
+    const std::string height = svg_number(420.0 + 18.0 * static_cast<double>(std::max<std::size_t>(2, temperatures.size())));
     std::ostringstream svg;
-    svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1000\" height=\"460\" font-family=\"sans-serif\">\n";
-    svg << "<rect width=\"1000\" height=\"460\" fill=\"white\"/>\n";
+    svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1000\" height=\"" << height
+        << "\" font-family=\"sans-serif\">\n";
+    svg << "<rect width=\"1000\" height=\"" << height << "\" fill=\"white\"/>\n";
     svg << "<text x=\"500\" y=\"22\" text-anchor=\"middle\" font-size=\"13\">"
         << detail::escape_xml("target " + report.target.name + ", draft " + report.draft.name + " — " +
                               report.machine.cpu + ", " + std::to_string(report.machine.threads) + " threads, " +
