@@ -31,6 +31,11 @@ namespace specdec::cuda {
 
 namespace detail {
 
+// Kernels are templates even where nothing varies (`template <int = 0>`): in a
+// header-only library every translation unit defines them, and only template
+// instantiations get the vague linkage that `inline` gives host functions
+// (nvcc ignores `inline` on __global__).
+
 // The draft as the device sees it; q == nullptr means point masses q_i = delta(tokens[i]).
 struct DeviceDraft {
     const Token* tokens;
@@ -103,6 +108,7 @@ __device__ void accept_rejection_block(const float* p, const DeviceDraft& draft,
 
 // The verification of one proposal: one block (the rows were prepared by the
 // sampling kernels, which may have reported an error already).
+template <int = 0>
 __global__ void __launch_bounds__(kSamplingThreads)
     rejection_acceptance_kernel(const float* p, DeviceDraft draft, std::uint64_t seed, std::uint64_t first_position,
                                 DeviceStatus* status) {
@@ -113,6 +119,7 @@ __global__ void __launch_bounds__(kSamplingThreads)
 // Greedy verification (accept_greedy over greedy_token of each row): keep
 // drafts while they equal the argmax (ties to the lowest id). Like the host,
 // every one of the k + 1 rows is checked for NaN / +inf first.
+template <int = 0>
 __global__ void __launch_bounds__(kSamplingThreads)
     greedy_acceptance_kernel(const float* logits, std::size_t row_stride, int vocab, const Token* drafts, int k,
                              DeviceStatus* status) {
@@ -170,7 +177,7 @@ public:
         SPECDEC_CUDA_CHECK(cudaMemsetAsync(status_.data(), 0, sizeof(detail::DeviceStatus), stream));
 
         if (sampling.greedy()) {
-            detail::greedy_acceptance_kernel<<<1, detail::kSamplingThreads, 0, stream>>>(
+            detail::greedy_acceptance_kernel<><<<1, detail::kSamplingThreads, 0, stream>>>(
                 target_rows, row_stride, static_cast<int>(vocab), tokens_.data(), static_cast<int>(k), status_.data());
             SPECDEC_CUDA_CHECK_LAUNCH();
         } else {
@@ -184,7 +191,7 @@ public:
                 q = q_.data();
             }
             const detail::DeviceDraft device_draft{tokens_.data(), q, static_cast<int>(k), static_cast<int>(vocab)};
-            detail::rejection_acceptance_kernel<<<1, detail::kSamplingThreads, 0, stream>>>(
+            detail::rejection_acceptance_kernel<><<<1, detail::kSamplingThreads, 0, stream>>>(
                 probabilities_.data(), device_draft, rng.seed, first_position, status_.data());
             SPECDEC_CUDA_CHECK_LAUNCH();
         }

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <utility>
@@ -101,6 +102,7 @@ struct CudaLlamaState {
 
     bool graphs_enabled = true;
     std::map<std::pair<std::size_t, std::size_t>, std::unique_ptr<GraphExec>> graphs;  // (tokens, logits rows)
+    std::set<std::pair<std::size_t, std::size_t>> warmed_shapes;                       // ran eagerly once
 
     DeviceVerifier verifier;
 
@@ -278,6 +280,7 @@ private:
         const std::size_t element = precision_bytes(s.weights.precision);
         const std::size_t dim = c.embedding_dim, kv = c.kv_dim(), ffn = c.feed_forward_dim;
         s.graphs.clear();
+        s.warmed_shapes.clear();
         s.host_tokens.resize(n);
         s.tokens.resize(n);
         s.x.resize(n * dim);
@@ -316,6 +319,9 @@ private:
         detail::CudaLlamaState& s = *state_;
         const auto key = std::make_pair(n, logit_rows);
         if (const auto found = s.graphs.find(key); found != s.graphs.end()) return found->second->get();
+        // The first pass of a shape runs eagerly: cuBLAS and lazily loaded kernels
+        // initialise themselves outside of any capture.
+        if (s.warmed_shapes.insert(key).second) return nullptr;
         SPECDEC_CUDA_CHECK(cudaStreamBeginCapture(s.stream.get(), cudaStreamCaptureModeThreadLocal));
         bool captured = true;
         try {

@@ -20,6 +20,11 @@
 
 namespace specdec::cuda::detail {
 
+// Kernels are templates even where nothing varies (`template <int = 0>`): in a
+// header-only library every translation unit defines them, and only template
+// instantiations get the vague linkage that `inline` gives host functions
+// (nvcc ignores `inline` on __global__).
+
 inline constexpr int kSamplingThreads = 512;
 
 enum DeviceError : int {
@@ -65,6 +70,7 @@ __device__ inline bool checked_row_max(const float* row, int vocab, int row_inde
 __device__ inline float exp_nonpositive(float x) { return x >= -87.0f ? expf(x) : 0.0f; }
 
 // probabilities[row] = softmax((logits[row] - max) * inverse_temperature); one block per row.
+template <int = 0>
 __global__ void softmax_rows_kernel(const float* logits, std::size_t row_stride, float* probabilities, int vocab,
                                     float inverse_temperature, DeviceStatus* status) {
     const int row_index = blockIdx.x;
@@ -82,12 +88,14 @@ __global__ void softmax_rows_kernel(const float* logits, std::size_t row_stride,
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) out[i] *= scale;
 }
 
+template <int = 0>
 __global__ void fill_token_ids_kernel(int* ids, int vocab, std::size_t total) {
     for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < total;
          i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
         ids[i] = static_cast<int>(i % vocab);
 }
 
+template <int = 0>
 __global__ void row_offsets_kernel(int* offsets, int rows, int vocab) {
     for (int i = threadIdx.x; i <= rows; i += blockDim.x) offsets[i] = i * vocab;
 }
@@ -96,6 +104,7 @@ __global__ void row_offsets_kernel(int* offsets, int rows, int vocab) {
 // probability (ties by increasing id), renormalised, exactly the rule of
 // logits_to_distribution: top-k keeps the first k; top-p the shortest prefix
 // (within those) whose mass reaches top_p; min-p those with p >= min_p * p_max.
+template <int = 0>
 __global__ void filter_sorted_rows_kernel(float* probabilities, const float* sorted_probabilities,
                                           const int* sorted_ids, int vocab, int top_k, double top_p, double min_p) {
     using Scan = cub::BlockScan<double, kSamplingThreads>;
@@ -147,7 +156,7 @@ public:
                                  const SamplingOptions& options, float* probabilities, DeviceStatus* status,
                                  cudaStream_t stream) {
         const float inverse_temperature = static_cast<float>(1.0 / options.temperature);
-        softmax_rows_kernel<<<static_cast<unsigned>(rows), kSamplingThreads, 0, stream>>>(
+        softmax_rows_kernel<><<<static_cast<unsigned>(rows), kSamplingThreads, 0, stream>>>(
             logits, row_stride, probabilities, static_cast<int>(vocab), inverse_temperature, status);
         SPECDEC_CUDA_CHECK_LAUNCH();
         const bool use_top_k = options.top_k > 0 && options.top_k < vocab;
@@ -160,10 +169,10 @@ public:
         sorted_ids_.resize(total);
         sorted_probabilities_.resize(total);
         offsets_.resize(rows + 1);
-        fill_token_ids_kernel<<<static_cast<unsigned>(std::min<std::size_t>((total + 255) / 256, 4096)), 256, 0,
+        fill_token_ids_kernel<><<<static_cast<unsigned>(std::min<std::size_t>((total + 255) / 256, 4096)), 256, 0,
                                 stream>>>(ids_.data(), static_cast<int>(vocab), total);
         SPECDEC_CUDA_CHECK_LAUNCH();
-        row_offsets_kernel<<<1, 256, 0, stream>>>(offsets_.data(), static_cast<int>(rows), static_cast<int>(vocab));
+        row_offsets_kernel<><<<1, 256, 0, stream>>>(offsets_.data(), static_cast<int>(rows), static_cast<int>(vocab));
         SPECDEC_CUDA_CHECK_LAUNCH();
         std::size_t temp_bytes = 0;
         SPECDEC_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortPairsDescending(
@@ -175,7 +184,7 @@ public:
             temp_.data(), temp_bytes, probabilities, sorted_probabilities_.data(), ids_.data(), sorted_ids_.data(),
             static_cast<int>(total), static_cast<int>(rows), offsets_.data(), offsets_.data() + 1, 0,
             static_cast<int>(sizeof(float) * 8), stream));
-        filter_sorted_rows_kernel<<<static_cast<unsigned>(rows), kSamplingThreads, 0, stream>>>(
+        filter_sorted_rows_kernel<><<<static_cast<unsigned>(rows), kSamplingThreads, 0, stream>>>(
             probabilities, sorted_probabilities_.data(), sorted_ids_.data(), static_cast<int>(vocab),
             use_top_k ? static_cast<int>(options.top_k) : 0, options.top_p, options.min_p);
         SPECDEC_CUDA_CHECK_LAUNCH();

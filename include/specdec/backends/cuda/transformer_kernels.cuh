@@ -17,6 +17,11 @@
 
 namespace specdec::cuda::detail {
 
+// Kernels are templates even where nothing varies (`template <int = 0>`): in a
+// header-only library every translation unit defines them, and only template
+// instantiations get the vague linkage that `inline` gives host functions
+// (nvcc ignores `inline` on __global__).
+
 inline constexpr int kRowThreads = 256;  // threads of the one-block-per-row kernels
 inline constexpr int kMaxHeadDim = 256;  // attention keeps head_dim / 32 values per lane in registers
 inline constexpr int kAttentionWarps = 4;
@@ -50,6 +55,7 @@ __global__ void rms_norm_kernel(const float* x, const float* weight, T* out, int
 // Rotates q in place and k, then stores k and v in the cache at position
 // past + t. Adjacent pairs (2i, 2i+1) of each head are rotated by
 // position * inverse_frequencies[i] for 2i < rotary_dim (llama.cpp "normal" RoPE).
+template <int = 0>
 __global__ void rope_and_store_kv_kernel(float* qkv, float* key_cache, float* value_cache, const int* past,
                                          const float* inverse_frequencies, float position_scale, int dim, int kv_dim,
                                          int head_dim, int rotary_dim) {
@@ -198,7 +204,7 @@ void launch_rms_norm(const float* x, const float* weight, T* out, int rows, int 
 inline void launch_rope_and_store_kv(float* qkv, float* key_cache, float* value_cache, const int* past,
                                      const float* inverse_frequencies, float position_scale, int n, int dim, int kv_dim,
                                      int head_dim, int rotary_dim, cudaStream_t stream) {
-    rope_and_store_kv_kernel<<<n, kRowThreads, 0, stream>>>(qkv, key_cache, value_cache, past, inverse_frequencies,
+    rope_and_store_kv_kernel<><<<n, kRowThreads, 0, stream>>>(qkv, key_cache, value_cache, past, inverse_frequencies,
                                                             position_scale, dim, kv_dim, head_dim, rotary_dim);
     SPECDEC_CUDA_CHECK_LAUNCH();
 }
