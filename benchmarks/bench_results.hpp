@@ -1,6 +1,7 @@
 #pragma once
 // What one specdec-bench run measured, and the quantities derived from it.
 // Plain data: the runner fills it, the table/JSON/SVG writers read it.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -68,6 +69,9 @@ struct ConfigurationResult {
     double target_seconds = 0.0;
     double acceptance_seconds = 0.0;
 
+    // Speedup of each interleaved pair alone: their spread shows how noisy the machine was.
+    std::vector<double> speedup_per_repetition;
+
     double cost_ratio = 0.0;               // c
     double verification_cost_ratio = 1.0;  // v_k
 
@@ -84,6 +88,12 @@ struct ConfigurationResult {
     [[nodiscard]] double speedup() const {
         const double baseline = autoregressive_tokens_per_second();
         return baseline > 0.0 ? speculative_tokens_per_second() / baseline : 0.0;
+    }
+    [[nodiscard]] double slowest_repetition_speedup() const {
+        return speedup_per_repetition.empty() ? 0.0 : *std::min_element(speedup_per_repetition.begin(), speedup_per_repetition.end());
+    }
+    [[nodiscard]] double fastest_repetition_speedup() const {
+        return speedup_per_repetition.empty() ? 0.0 : *std::max_element(speedup_per_repetition.begin(), speedup_per_repetition.end());
     }
     // The decoder's definition: accepted drafts / proposed drafts.
     [[nodiscard]] double acceptance_rate() const {

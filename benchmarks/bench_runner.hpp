@@ -108,6 +108,8 @@ template <class Draft, CausalLM Target>
 
                 const GenerationResult fast = speculative.generate(prompt);
                 detail::add_speculative_stats(result, fast.stats);
+                if (baseline.stats.tokens_per_second() > 0.0)
+                    result.speedup_per_repetition.push_back(fast.stats.tokens_per_second() / baseline.stats.tokens_per_second());
                 if (temperature == 0.0) detail::check_greedy_match(result, baseline.tokens, fast.tokens);
             }
             results.push_back(std::move(result));

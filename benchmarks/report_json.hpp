@@ -50,6 +50,7 @@ inline constexpr int kReportFormatVersion = 1;
                           {"seconds", r.speculative_seconds},
                           {"tokens_per_second", r.speculative_tokens_per_second()},
                           {"speedup", r.speedup()},
+                          {"speedup_per_repetition", r.speedup_per_repetition},
                           {"acceptance_rate", r.acceptance_rate()},
                           {"alpha", r.alpha()},
                           {"mean_accepted", r.mean_accepted()},

@@ -59,18 +59,20 @@ inline void print_header(std::ostream& out, const BenchReport& report) {
 
 inline void print_table(std::ostream& out, const BenchReport& report) {
     out << "\n";
-    out << "   T   k   AR tok/s  spec tok/s  speedup  alpha  acc.rate  tok/pass     c     v_k  predicted  effic.  greedy  "
-           "per-position acceptance\n";
+    out << "   T   k   AR tok/s  spec tok/s  speedup  (per rep.)   alpha  acc.rate  tok/pass     c     v_k  predicted  effic.  "
+           "greedy  per-position acceptance\n";
     for (const ConfigurationResult& r : report.configurations) {
         const std::string greedy = !r.greedy_match ? "-" : (*r.greedy_match ? "match" : "DIFFER");
-        out << detail::format("%4.2g %3zu %10.1f %11.1f %7.2fx %6.3f %9.3f %9.2f %5.3f %7.2f %9.2fx %7.2f  %-6s  ",
+        const std::string spread = detail::format("%.2f-%.2f", r.slowest_repetition_speedup(), r.fastest_repetition_speedup());
+        out << detail::format("%4.2g %3zu %10.1f %11.1f %7.2fx %11s %6.3f %9.3f %9.2f %5.3f %7.2f %9.2fx %7.2f  %-6s  ",
                               r.temperature, r.draft_tokens, r.autoregressive_tokens_per_second(),
-                              r.speculative_tokens_per_second(), r.speedup(), r.alpha(), r.acceptance_rate(),
+                              r.speculative_tokens_per_second(), r.speedup(), spread.c_str(), r.alpha(), r.acceptance_rate(),
                               r.mean_tokens_per_target_pass(), r.cost_ratio, r.verification_cost_ratio,
                               r.predicted_speedup(), r.efficiency(), greedy.c_str())
             << detail::per_position_text(r) << "\n";
     }
     out << "\n";
+    out << "speedup = summed over the interleaved repetitions; per rep. = slowest-fastest single pair\n";
     out << "alpha = accepted / tested drafts (per-token acceptance); acc.rate = accepted / proposed drafts; "
            "tok/pass = tokens per target pass\n";
     out << kPredictedSpeedupFormula << "; efficiency = measured / predicted\n";
