@@ -136,7 +136,10 @@ SPECDEC_AVX2_TARGET void matmul_tile_avx2(const WeightMatrix& w, std::size_t row
             for (int r = 0; r < R; ++r) wv[r] = load8<T>(rows[r], b, i, d[r]);
 #pragma GCC unroll 4
             for (int c = 0; c < NC; ++c) {
-                const __m256 xv = _mm256_loadu_ps(x + c * x_stride + b * 32 + 8 * i);
+                __m256 xv = _mm256_loadu_ps(x + c * x_stride + b * 32 + 8 * i);
+                // Keep the column slice in a register: GCC otherwise folds the
+                // load into every FMA, doubling the loads per FMA for R = 2.
+                if constexpr (R > 1) asm("" : "+x"(xv));
 #pragma GCC unroll 4
                 for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(wv[r], xv, acc[r][c]);
             }
