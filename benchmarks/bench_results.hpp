@@ -131,7 +131,7 @@ struct BenchReport {
     ModelInfo target;
     ModelInfo draft;
     std::size_t prompt_tokens = 0;
-    std::string prompt_text;  // empty for a seeded token prompt
+    std::optional<std::string> prompt_text;  // none for a seeded token prompt
     std::size_t new_tokens = 0;
     std::size_t repetitions = 0;
     std::uint64_t seed = 0;

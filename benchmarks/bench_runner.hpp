@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -124,7 +125,7 @@ struct BenchInputs {
     ModelInfo target;
     ModelInfo draft;
     std::vector<Token> prompt;
-    std::string prompt_text;  // empty for a token prompt
+    std::optional<std::string> prompt_text;  // none for a token prompt
     RunSettings settings;
     CostMeasurementSettings cost_settings{};
 };

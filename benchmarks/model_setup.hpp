@@ -5,6 +5,7 @@
 // command line (mismatched vocabularies, a backend that is not there) are
 // UsageErrors; a broken model file is the library's specdec::Error.
 #include <algorithm>
+#include <cstdio>
 #include <cstddef>
 #include <filesystem>
 #include <memory>
@@ -52,7 +53,7 @@ struct ModelSetup {
     ModelInfo target_info;
     ModelInfo draft_info;
     std::vector<Token> prompt;
-    std::string prompt_text;  // empty for a seeded token prompt
+    std::optional<std::string> prompt_text;  // none for a seeded token prompt
     std::size_t threads = 0;
     std::string device;  // the accelerator's description, empty on the CPU
 };
@@ -96,6 +97,18 @@ namespace detail {
 [[nodiscard]] inline std::size_t context_needed(const BenchOptions& options, std::size_t prompt_tokens) {
     const std::size_t longest_draft = options.draft_tokens.empty() ? 1 : options.draft_tokens.back();
     return prompt_tokens + options.new_tokens + longest_draft + 2;
+}
+
+// A model trained for a short context (stories260K: 128) stops generating
+// early; say so rather than let "64 new tokens" in the header mislead.
+inline void warn_if_context_limits(const BenchOptions& options, std::size_t prompt_tokens, std::size_t context_length) {
+    if (context_needed(options, prompt_tokens) > context_length) {
+        std::fprintf(stderr,
+                     "specdec-bench: note: the target's context of %zu positions holds the %zu-token prompt and about "
+                     "%zu generated tokens, fewer than --new-tokens %zu\n",
+                     context_length, prompt_tokens, context_length > prompt_tokens ? context_length - prompt_tokens : 0,
+                     options.new_tokens);
+    }
 }
 
 inline void check_same_vocabulary(std::size_t target_vocab, std::size_t draft_vocab) {
@@ -142,6 +155,7 @@ inline void set_up_cpu_gguf(const BenchOptions& options, ModelSetup& setup, cons
         setup.draft_info = describe_llama(*draft, false);
         setup.draft = std::move(draft);
     }
+    warn_if_context_limits(options, setup.prompt.size(), target->config().context_length);
     if (target->context_length() < setup.prompt.size() + 2)
         throw UsageError("the prompt has " + std::to_string(setup.prompt.size()) + " tokens; the target's context holds " +
                          std::to_string(target->context_length()));
@@ -218,6 +232,7 @@ inline void set_up_cuda_gguf(const BenchOptions& options, ModelSetup& setup) {
         return std::make_unique<cuda::CudaLlamaModel>(weights, model_options);
     };
     auto target = load(*options.target_path);
+    warn_if_context_limits(options, setup.prompt.size(), target->config().context_length);
     setup.target_info = describe_cuda(*target, false);
     if (options.uses_prompt_lookup()) {
         setup.draft = std::make_unique<PromptLookupDrafter>();

@@ -98,7 +98,7 @@ inline constexpr int kReportFormatVersion = 1;
             {"models", {{"target", model_to_json(report.target)}, {"draft", model_to_json(report.draft)}}},
             {"settings",
              {{"prompt_tokens", report.prompt_tokens},
-              {"prompt", report.prompt_text.empty() ? nlohmann::json(nullptr) : nlohmann::json(report.prompt_text)},
+              {"prompt", report.prompt_text ? nlohmann::json(*report.prompt_text) : nlohmann::json(nullptr)},
               {"new_tokens", report.new_tokens},
               {"repetitions", report.repetitions},
               {"seed", report.seed}}},

@@ -49,7 +49,7 @@ inline void print_header(std::ostream& out, const BenchReport& report) {
         out << "note:    synthetic models have random weights: their acceptance depends on how the draft was derived, "
                "not on language; use --target/--draft for real models\n";
     out << "prompt:  " << report.prompt_tokens << " tokens"
-        << (report.prompt_text.empty() ? " (seeded random ids)" : " \"" + report.prompt_text + "\"") << ", "
+        << (report.prompt_text ? " \"" + *report.prompt_text + "\"" : " (seeded random ids)") << ", "
         << report.new_tokens << " new tokens, " << report.repetitions << " interleaved repetitions, seed "
         << report.seed << "\n";
     out << detail::format("costs:   target forward %.2f ms/token, draft %.3f ms/token, c = %.3f", report.costs.target_step_seconds * 1e3,

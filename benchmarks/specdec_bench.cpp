@@ -11,6 +11,7 @@
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <unistd.h>
 
@@ -81,7 +82,16 @@ int benchmark_and_report(Draft& draft, Target& target, BenchInputs inputs, const
     return 0;
 }
 
+// Fails before minutes of measuring, not after, when a report cannot be written.
+void check_writable(const std::optional<std::string>& path, const char* flag) {
+    if (!path) return;
+    std::ofstream file(*path, std::ios::app);
+    if (!file) throw UsageError(std::string(flag) + ": cannot write '" + *path + "'");
+}
+
 int run(const BenchOptions& options) {
+    check_writable(options.json_path, "--json");
+    check_writable(options.svg_path, "--svg");
     ModelSetup setup = set_up_models(options);
     BenchInputs inputs;
     inputs.machine = MachineInfo{cpu_model_name(), setup.threads, std::string(to_string(options.backend)), setup.device};
