@@ -77,6 +77,15 @@ TEST_CASE("every synthetic draft kind builds a model with the target's vocabular
     }
 }
 
+TEST_CASE("make_synthetic_pair builds the default draft on the target's thread pool", "[model][synthetic]") {
+    auto pair = specdec::make_synthetic_pair({.size = "tiny", .threads = 2});
+    CHECK(pair.draft.weights().layers[0].query.type == specdec::WeightType::q4_0);
+    CHECK(pair.target.threads() == 2);
+    CHECK(pair.draft.threads() == 2);
+    CHECK(pair.target.forward(kPrompt).rows == kPrompt.size());
+    CHECK(pair.draft.forward(kPrompt).rows == kPrompt.size());
+}
+
 TEST_CASE("an early-exit draft shares the target's first layers exactly", "[model][synthetic]") {
     const specdec::SyntheticOptions options{.size = "tiny"};
     LlamaModel target = specdec::make_synthetic_target(options);
