@@ -10,7 +10,12 @@
 // Keys read: tokenizer.ggml.model, .tokens, .scores, .token_type, .merges,
 // .bos_token_id, .eos_token_id, .unknown_token_id, .add_bos_token,
 // .add_eos_token, .add_space_prefix. User-defined tokens (token type 4) are
-// matched literally in the text before the model runs, as llama.cpp does.
+// matched literally in the text before the model runs, as llama.cpp does;
+// control tokens typed in the text stay text.
+//
+// Limits: "gpt2" always uses GPT-2's own pre-tokenizer rule; newer BPE models
+// that name another one in tokenizer.ggml.pre (Llama 3, Qwen, ...) split a few
+// cases differently from llama.cpp (e.g. digit groups).
 //
 // Decoding is byte-exact: decode(encode(text)) == text for any text the
 // vocabulary covers (with byte tokens: any text), given add_bos = true for a
@@ -167,12 +172,12 @@ private:
 
     // Splits the text at occurrences of user-defined tokens (longest match first).
     std::vector<Fragment> split_user_defined(std::string_view text) const {
-        if (vocab_.user_defined.empty()) return {Fragment{text, std::nullopt}};
+        if (!vocab_.has_user_defined) return {Fragment{text, std::nullopt}};
         std::vector<Fragment> fragments;
         std::size_t plain_begin = 0;
         for (std::size_t position = 0; position < text.size();) {
             const std::string* match = nullptr;
-            for (const std::string& piece : vocab_.user_defined) {
+            for (const std::string& piece : vocab_.user_defined_by_first_byte[static_cast<unsigned char>(text[position])]) {
                 if (text.substr(position, piece.size()) == piece) {
                     match = &piece;
                     break;  // sorted longest first
@@ -293,7 +298,10 @@ private:
                     break;
                 case TokenKind::user_defined:
                     vocab_.text_tokens[piece] = token;
-                    vocab_.user_defined.push_back(piece);
+                    if (!piece.empty()) {
+                        vocab_.user_defined_by_first_byte[static_cast<unsigned char>(piece.front())].push_back(piece);
+                        vocab_.has_user_defined = true;
+                    }
                     texts_[i] = piece;  // user-defined tokens are literal text
                     break;
                 case TokenKind::undefined:
@@ -303,10 +311,10 @@ private:
                     break;
             }
         }
-        std::sort(vocab_.user_defined.begin(), vocab_.user_defined.end(),
-                  [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
-        vocab_.user_defined.erase(std::remove(vocab_.user_defined.begin(), vocab_.user_defined.end(), std::string()),
-                                  vocab_.user_defined.end());
+        for (auto& bucket : vocab_.user_defined_by_first_byte) {
+            std::stable_sort(bucket.begin(), bucket.end(),
+                             [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+        }
     }
 
     std::string normal_piece_text(std::string_view piece) const {

@@ -51,34 +51,34 @@ inline std::optional<unsigned char> unicode_to_byte(char32_t code_point) {
     return std::nullopt;
 }
 
-enum class CharClass { letter, number, space, other };
+enum class Gpt2CharClass { letter, number, space, other };
 
-inline bool in_ranges(char32_t c, std::initializer_list<std::pair<char32_t, char32_t>> ranges) {
+inline bool in_code_point_ranges(char32_t c, std::initializer_list<std::pair<char32_t, char32_t>> ranges) {
     for (const auto& [first, last] : ranges) {
         if (c >= first && c <= last) return true;
     }
     return false;
 }
 
-inline CharClass classify(char32_t c) {
+inline Gpt2CharClass gpt2_char_class(char32_t c) {
     if (c < 0x80) {
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return CharClass::letter;
-        if (c >= '0' && c <= '9') return CharClass::number;
-        if (c == ' ' || (c >= '\t' && c <= '\r')) return CharClass::space;
-        return CharClass::other;
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return Gpt2CharClass::letter;
+        if (c >= '0' && c <= '9') return Gpt2CharClass::number;
+        if (c == ' ' || (c >= '\t' && c <= '\r')) return Gpt2CharClass::space;
+        return Gpt2CharClass::other;
     }
-    if (in_ranges(c, {{0x85, 0x85}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A}, {0x2028, 0x2029},
+    if (in_code_point_ranges(c, {{0x85, 0x85}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A}, {0x2028, 0x2029},
                       {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}})) {
-        return CharClass::space;
+        return Gpt2CharClass::space;
     }
-    if (in_ranges(c, {{0xB2, 0xB3}, {0xB9, 0xB9}, {0xBC, 0xBE}, {0x0660, 0x0669}, {0x06F0, 0x06F9},
+    if (in_code_point_ranges(c, {{0xB2, 0xB3}, {0xB9, 0xB9}, {0xBC, 0xBE}, {0x0660, 0x0669}, {0x06F0, 0x06F9},
                       {0x07C0, 0x07C9}, {0x0966, 0x096F}, {0x09E6, 0x09EF}, {0x0E50, 0x0E59}, {0x2070, 0x2070},
                       {0x2074, 0x2079}, {0x2080, 0x2089}, {0x2150, 0x2189}, {0x2460, 0x249B}, {0x24EA, 0x24FF},
                       {0x2776, 0x2793}, {0x3007, 0x3007}, {0x3021, 0x3029}, {0xFF10, 0xFF19}})) {
-        return CharClass::number;
+        return Gpt2CharClass::number;
     }
-    if (c == 0xAA || c == 0xB5 || c == 0xBA) return CharClass::letter;
-    if (in_ranges(c, {{0x80, 0xBF},       // Latin-1 controls, punctuation and symbols
+    if (c == 0xAA || c == 0xB5 || c == 0xBA) return Gpt2CharClass::letter;
+    if (in_code_point_ranges(c, {{0x80, 0xBF},       // Latin-1 controls, punctuation and symbols
                       {0xD7, 0xD7},       // ×
                       {0xF7, 0xF7},       // ÷
                       {0x02C2, 0x02C5}, {0x02D2, 0x02DF}, {0x02E5, 0x02EB}, {0x02ED, 0x02ED}, {0x02EF, 0x02FF},
@@ -103,9 +103,9 @@ inline CharClass classify(char32_t c) {
                       {0x1D100, 0x1D24F},  // musical symbols
                       {0x1F000, 0x1FAFF},  // emoji and pictographs
                       {0xE0000, 0x10FFFF}})) {  // tags, private use
-        return CharClass::other;
+        return Gpt2CharClass::other;
     }
-    return CharClass::letter;
+    return Gpt2CharClass::letter;
 }
 
 // Splits `text` the way GPT-2's pre-tokenizer regex does. Invalid UTF-8 bytes
@@ -115,13 +115,13 @@ inline std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
         std::size_t begin;
         std::size_t length;
         char32_t code_point;
-        CharClass kind;
+        Gpt2CharClass kind;
     };
     std::vector<Char> chars;
     chars.reserve(text.size());
     for (std::size_t position = 0; position < text.size();) {
         const Utf8Char c = next_utf8_char(text, position);
-        chars.push_back({position, c.length, c.code_point, c.valid ? classify(c.code_point) : CharClass::other});
+        chars.push_back({position, c.length, c.code_point, c.valid ? gpt2_char_class(c.code_point) : Gpt2CharClass::other});
         position += c.length;
     }
     const std::size_t n = chars.size();
@@ -153,9 +153,9 @@ inline std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
         // " ?\p{L}+", " ?\p{N}+", " ?[^\s\p{L}\p{N}]+": an optional single space, then a run of one class.
         const std::size_t start = i;
         std::size_t run = i;
-        if (chars[i].code_point == ' ' && kind_at(i + 1) && *kind_at(i + 1) != CharClass::space) run = i + 1;
-        const CharClass kind = chars[run].kind;
-        if (kind != CharClass::space) {
+        if (chars[i].code_point == ' ' && kind_at(i + 1) && *kind_at(i + 1) != Gpt2CharClass::space) run = i + 1;
+        const Gpt2CharClass kind = chars[run].kind;
+        if (kind != Gpt2CharClass::space) {
             std::size_t end = run;
             while (end < n && chars[end].kind == kind) ++end;
             emit(start, end);
@@ -165,7 +165,7 @@ inline std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
         // "\s+(?!\S)|\s+": a whitespace run; when a non-space follows, its last
         // character is left to start the next word (unless the run is one char).
         std::size_t end = i;
-        while (end < n && chars[end].kind == CharClass::space) ++end;
+        while (end < n && chars[end].kind == Gpt2CharClass::space) ++end;
         if (end < n && end - i > 1) --end;
         emit(i, end);
         i = end;

@@ -45,7 +45,10 @@ struct Vocabulary {
     // last id, as in llama.cpp.
     StringMap<Token> text_tokens;
     std::array<Token, 256> byte_tokens{};  // -1 where the vocabulary has no <0xXX> token
-    std::vector<std::string> user_defined;  // pieces of user-defined tokens, longest first
+    // Pieces of user-defined tokens, bucketed by first byte and sorted longest
+    // first, so that matching them in text costs one bucket scan per position.
+    std::array<std::vector<std::string>, 256> user_defined_by_first_byte;
+    bool has_user_defined = false;
 
     [[nodiscard]] std::size_t size() const { return pieces.size(); }
 
