@@ -4,6 +4,7 @@
 // per function with SPECDEC_AVX2_TARGET and are only called when the running
 // CPU reports all three features; every kernel keeps a portable scalar twin.
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define SPECDEC_HAS_X86_KERNELS 1
 #define SPECDEC_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
@@ -32,8 +33,17 @@ namespace specdec::cpu {
 inline bool detail::query_avx2() noexcept {
     if (const char* off = std::getenv("SPECDEC_DISABLE_SIMD"); off != nullptr && *off != '\0' && *off != '0') return false;
 #if SPECDEC_HAS_X86_KERNELS
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    // CPUID rather than __builtin_cpu_supports, which older Clang lacks "f16c" for.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+    const bool fma = (ecx >> 12) & 1u, osxsave = (ecx >> 27) & 1u, avx = (ecx >> 28) & 1u, f16c = (ecx >> 29) & 1u;
+    if (!(fma && osxsave && avx && f16c)) return false;
+    // The OS must save the YMM registers on context switches (XCR0 bits 1 and 2).
+    unsigned xcr0_low = 0, xcr0_high = 0;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+    if ((xcr0_low & 0x6u) != 0x6u) return false;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    return (ebx >> 5) & 1u;  // AVX2
 #else
     return false;
 #endif
