@@ -32,19 +32,32 @@ using Clock = std::chrono::steady_clock;
     return tokens;
 }
 
+// Keeps sampling a cheap call until `min_seconds` of samples are collected
+// (at most max_samples): a 1 ms forward pass needs many samples for a stable
+// median on a shared machine, a 50 ms one does not.
+struct SamplingBudget {
+    std::size_t min_samples = 5;
+    std::size_t max_samples = 200;
+    double min_seconds = 0.1;
+};
+
 // Median seconds of model.forward(`tokens` tokens) appended after the prompt.
 // One untimed call first: the first pass touches cold weights and caches.
 template <CausalLM Model>
-[[nodiscard]] double time_forward(Model& model, std::span<const Token> prompt, std::size_t tokens, std::size_t samples) {
+[[nodiscard]] double time_forward(Model& model, std::span<const Token> prompt, std::size_t tokens, const SamplingBudget& budget) {
     model.truncate(0);
     (void)model.forward(prompt);
     const std::vector<Token> feed = filler_tokens(prompt, tokens);
+    (void)model.forward(feed);
+    model.truncate(prompt.size());
     std::vector<double> seconds;
-    for (std::size_t i = 0; i <= samples; ++i) {
+    double total = 0.0;
+    while (seconds.size() < budget.max_samples && (seconds.size() < budget.min_samples || total < budget.min_seconds)) {
         const auto start = Clock::now();
         (void)model.forward(feed);
         const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-        if (i > 0) seconds.push_back(elapsed);
+        seconds.push_back(elapsed);
+        total += elapsed;
         model.truncate(prompt.size());
     }
     model.truncate(0);
@@ -53,17 +66,19 @@ template <CausalLM Model>
 
 // A model-free drafter has no forward pass: its step cost is one proposal.
 template <Drafter D>
-[[nodiscard]] double time_proposal(D& drafter, std::span<const Token> prompt, std::size_t samples) {
+[[nodiscard]] double time_proposal(D& drafter, std::span<const Token> prompt, const SamplingBudget& budget) {
     const SamplingOptions sampling{};
     const CounterRng rng{0};
     std::vector<double> seconds;
+    double total = 0.0;
     drafter.reset();
-    for (std::size_t i = 0; i <= samples; ++i) {
+    while (seconds.size() < budget.max_samples && (seconds.size() < budget.min_samples || total < budget.min_seconds)) {
         const auto start = Clock::now();
         const DraftProposal proposal = drafter.propose(DraftRequest{prompt, 1, sampling, rng});
         const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
         (void)proposal;
-        if (i > 0) seconds.push_back(elapsed);
+        seconds.push_back(elapsed);
+        total += elapsed;
     }
     return median(std::move(seconds));
 }
@@ -71,8 +86,8 @@ template <Drafter D>
 }  // namespace detail
 
 struct CostMeasurementSettings {
-    std::size_t step_samples = 5;          // 1-token forwards per model
-    std::size_t verification_samples = 3;  // (k+1)-token target forwards per k
+    detail::SamplingBudget step{.min_samples = 5, .max_samples = 200, .min_seconds = 0.1};          // 1-token forwards
+    detail::SamplingBudget verification{.min_samples = 3, .max_samples = 100, .min_seconds = 0.05};  // (k+1)-token forwards
 };
 
 template <class Draft, CausalLM Target>
@@ -80,16 +95,16 @@ template <class Draft, CausalLM Target>
                                             std::span<const std::size_t> draft_lengths,
                                             const CostMeasurementSettings& settings = {}) {
     CostMeasurement costs;
-    costs.target_step_seconds = detail::time_forward(target, prompt, 1, settings.step_samples);
+    costs.target_step_seconds = detail::time_forward(target, prompt, 1, settings.step);
     if constexpr (CausalLM<Draft>) {
-        costs.draft_step_seconds = detail::time_forward(draft, prompt, 1, settings.step_samples);
+        costs.draft_step_seconds = detail::time_forward(draft, prompt, 1, settings.step);
     } else {
-        costs.draft_step_seconds = detail::time_proposal(draft, prompt, settings.step_samples);
+        costs.draft_step_seconds = detail::time_proposal(draft, prompt, settings.step);
     }
     for (const std::size_t k : draft_lengths) {
         if (prompt.size() + k + 1 > target.context_length()) continue;  // cannot be verified in this context anyway
         costs.verified_tokens.push_back(k + 1);
-        costs.verification_seconds.push_back(detail::time_forward(target, prompt, k + 1, settings.verification_samples));
+        costs.verification_seconds.push_back(detail::time_forward(target, prompt, k + 1, settings.verification));
     }
     return costs;
 }

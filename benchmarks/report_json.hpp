@@ -2,7 +2,8 @@
 // The machine-readable report. Each configuration becomes two entries of
 // "runs": the autoregressive baseline and the speculative run measured against
 // it, so that a reader can plot either without knowing how they were paired.
-// Fields that do not apply to a method are null rather than invented.
+// Fields that do not apply to a method are null rather than invented. Keys
+// keep the order written here (ordered_json), so the file reads top-down.
 #include <nlohmann/json.hpp>
 
 #include "bench_results.hpp"
@@ -12,7 +13,7 @@ namespace specdec::bench {
 
 inline constexpr int kReportFormatVersion = 1;
 
-[[nodiscard]] inline nlohmann::json model_to_json(const ModelInfo& model) {
+[[nodiscard]] inline nlohmann::ordered_json model_to_json(const ModelInfo& model) {
     return {{"name", model.name},
             {"parameters", model.parameters},
             {"bytes", model.bytes},
@@ -20,7 +21,7 @@ inline constexpr int kReportFormatVersion = 1;
             {"synthetic", model.synthetic}};
 }
 
-[[nodiscard]] inline nlohmann::json autoregressive_run_to_json(const ConfigurationResult& r) {
+[[nodiscard]] inline nlohmann::ordered_json autoregressive_run_to_json(const ConfigurationResult& r) {
     return {{"method", "autoregressive"},
             {"draft_tokens", r.draft_tokens},  // the speculative run this baseline was interleaved with
             {"temperature", r.temperature},
@@ -36,13 +37,13 @@ inline constexpr int kReportFormatVersion = 1;
             {"predicted_speedup", nullptr},
             {"efficiency", nullptr},
             {"greedy_match", nullptr},
-            {"per_position_acceptance", nlohmann::json::array()},
+            {"per_position_acceptance", nlohmann::ordered_json::array()},
             {"cost_ratio", nullptr},
             {"verification_cost_ratio", nullptr}};
 }
 
-[[nodiscard]] inline nlohmann::json speculative_run_to_json(const ConfigurationResult& r) {
-    nlohmann::json run = {{"method", "speculative"},
+[[nodiscard]] inline nlohmann::ordered_json speculative_run_to_json(const ConfigurationResult& r) {
+    nlohmann::ordered_json run = {{"method", "speculative"},
                           {"draft_tokens", r.draft_tokens},
                           {"temperature", r.temperature},
                           {"repetitions", r.repetitions},
@@ -70,18 +71,18 @@ inline constexpr int kReportFormatVersion = 1;
                           {"draft_seconds", r.draft_seconds},
                           {"target_seconds", r.target_seconds},
                           {"acceptance_seconds", r.acceptance_seconds}};
-    run["greedy_match"] = r.greedy_match ? nlohmann::json(*r.greedy_match) : nlohmann::json(nullptr);
+    run["greedy_match"] = r.greedy_match ? nlohmann::ordered_json(*r.greedy_match) : nlohmann::ordered_json(nullptr);
     if (r.first_mismatch) run["first_mismatch"] = *r.first_mismatch;
     return run;
 }
 
-[[nodiscard]] inline nlohmann::json report_to_json(const BenchReport& report) {
-    nlohmann::json runs = nlohmann::json::array();
+[[nodiscard]] inline nlohmann::ordered_json report_to_json(const BenchReport& report) {
+    nlohmann::ordered_json runs = nlohmann::ordered_json::array();
     for (const ConfigurationResult& r : report.configurations) {
         runs.push_back(autoregressive_run_to_json(r));
         runs.push_back(speculative_run_to_json(r));
     }
-    nlohmann::json verification = nlohmann::json::array();
+    nlohmann::ordered_json verification = nlohmann::ordered_json::array();
     for (std::size_t i = 0; i < report.costs.verified_tokens.size(); ++i) {
         verification.push_back({{"tokens", report.costs.verified_tokens[i]},
                                 {"seconds", report.costs.verification_seconds[i]},
@@ -94,11 +95,11 @@ inline constexpr int kReportFormatVersion = 1;
              {{"cpu", report.machine.cpu},
               {"threads", report.machine.threads},
               {"backend", report.machine.backend},
-              {"device", report.machine.device.empty() ? nlohmann::json(nullptr) : nlohmann::json(report.machine.device)}}},
+              {"device", report.machine.device.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(report.machine.device)}}},
             {"models", {{"target", model_to_json(report.target)}, {"draft", model_to_json(report.draft)}}},
             {"settings",
              {{"prompt_tokens", report.prompt_tokens},
-              {"prompt", report.prompt_text ? nlohmann::json(*report.prompt_text) : nlohmann::json(nullptr)},
+              {"prompt", report.prompt_text ? nlohmann::ordered_json(*report.prompt_text) : nlohmann::ordered_json(nullptr)},
               {"new_tokens", report.new_tokens},
               {"repetitions", report.repetitions},
               {"seed", report.seed}}},

@@ -44,7 +44,8 @@ BenchInputs tiny_inputs(const LlamaModel& target, const ModelInfo& draft_info) {
     inputs.draft = draft_info;
     inputs.prompt = seeded_token_prompt(3, target.vocab_size(), 8);
     inputs.settings = RunSettings{.draft_tokens = {1, 3}, .temperatures = {0.0, 1.0}, .new_tokens = 8, .repetitions = 2, .seed = 5};
-    inputs.cost_settings = CostMeasurementSettings{.step_samples = 2, .verification_samples = 1};
+    inputs.cost_settings.step = {.min_samples = 2, .max_samples = 2, .min_seconds = 0.0};
+    inputs.cost_settings.verification = {.min_samples = 1, .max_samples = 1, .min_seconds = 0.0};
     return inputs;
 }
 
