@@ -32,6 +32,10 @@ TEST_CASE("without a CUDA device, creating a model throws specdec::Error saying 
     REQUIRE_THROWS_WITH(CudaLlamaModel::synthetic(tiny, 1), Catch::Contains("no CUDA device"));
     const specdec::LlamaModel cpu = specdec::make_synthetic_target({.size = "tiny", .threads = 1});
     REQUIRE_THROWS_WITH(CudaLlamaModel(cpu.weights()), Catch::Contains("no CUDA device"));
+    // The building blocks fail the same way, as errors rather than aborts.
+    REQUIRE_THROWS_AS(specdec::cuda::DeviceBuffer<float>(16), specdec::Error);
+    REQUIRE_THROWS_AS(specdec::cuda::Stream(), specdec::Error);
+    REQUIRE_THROWS_AS(specdec::cuda::make_cuda_synthetic_target({.size = "tiny"}), specdec::Error);
 }
 
 TEST_CASE("an allocation larger than the device throws specdec::Error naming out-of-memory", "[cuda][errors]") {
