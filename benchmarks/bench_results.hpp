@@ -17,6 +17,8 @@ struct MachineInfo {
     std::size_t threads = 0;
     std::string backend;  // "cpu" or "cuda"
     std::string device;   // the accelerator, empty on the CPU backend
+    double load_average = -1.0;  // 1-minute load average when the run started; < 0 unknown
+    std::size_t hardware_threads = 0;
 };
 
 struct ModelInfo {

@@ -26,6 +26,16 @@ namespace specdec::bench {
     return fallback.empty() ? "unknown" : fallback;
 }
 
+// The 1-minute load average from /proc/loadavg (negative when unknown). A
+// load above the thread count means other processes shared the cores and
+// every timing in the report is inflated and noisier.
+[[nodiscard]] inline double load_average(const std::string& loadavg_path = "/proc/loadavg") {
+    std::ifstream file(loadavg_path);
+    double one_minute = -1.0;
+    if (!(file >> one_minute)) return -1.0;
+    return one_minute;
+}
+
 [[nodiscard]] inline std::size_t hardware_threads() {
     const unsigned count = std::thread::hardware_concurrency();
     return count == 0 ? 1 : count;

@@ -95,7 +95,10 @@ inline constexpr int kReportFormatVersion = 1;
              {{"cpu", report.machine.cpu},
               {"threads", report.machine.threads},
               {"backend", report.machine.backend},
-              {"device", report.machine.device.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(report.machine.device)}}},
+              {"device", report.machine.device.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(report.machine.device)},
+              {"hardware_threads", report.machine.hardware_threads},
+              {"load_average", report.machine.load_average >= 0.0 ? nlohmann::ordered_json(report.machine.load_average)
+                                                                  : nlohmann::ordered_json(nullptr)}}},
             {"models", {{"target", model_to_json(report.target)}, {"draft", model_to_json(report.draft)}}},
             {"settings",
              {{"prompt_tokens", report.prompt_tokens},

@@ -42,7 +42,13 @@ template <class... Args>
 
 inline void print_header(std::ostream& out, const BenchReport& report) {
     out << "machine: " << report.machine.cpu << ", " << report.machine.threads << " threads, backend "
-        << report.machine.backend << (report.machine.device.empty() ? "" : " (" + report.machine.device + ")") << "\n";
+        << report.machine.backend << (report.machine.device.empty() ? "" : " (" + report.machine.device + ")");
+    if (report.machine.load_average >= 0.0) {
+        out << detail::format(", load average %.2f at start", report.machine.load_average);
+        if (report.machine.hardware_threads > 0 && report.machine.load_average > 0.5 * report.machine.hardware_threads)
+            out << " (shared machine: timings are inflated and noisy)";
+    }
+    out << "\n";
     out << "target:  " << detail::describe_model(report.target) << "\n";
     out << "draft:   " << detail::describe_model(report.draft) << "\n";
     if (report.target.synthetic || report.draft.synthetic)

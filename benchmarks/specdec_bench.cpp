@@ -94,7 +94,8 @@ int run(const BenchOptions& options) {
     check_writable(options.svg_path, "--svg");
     ModelSetup setup = set_up_models(options);
     BenchInputs inputs;
-    inputs.machine = MachineInfo{cpu_model_name(), setup.threads, std::string(to_string(options.backend)), setup.device};
+    inputs.machine = MachineInfo{cpu_model_name(), setup.threads, std::string(to_string(options.backend)), setup.device,
+                                 load_average(), hardware_threads()};
     inputs.target = setup.target_info;
     inputs.draft = setup.draft_info;
     inputs.prompt = setup.prompt;

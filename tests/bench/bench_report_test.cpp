@@ -199,4 +199,6 @@ TEST_CASE("the machine line reads the CPU model from /proc/cpuinfo", "[bench][re
     CHECK(!cpu_model_name().empty());
     CHECK(cpu_model_name("/no/such/cpuinfo") == "unknown");
     CHECK(hardware_threads() >= 1);
+    CHECK(load_average() >= 0.0);
+    CHECK(load_average("/no/such/loadavg") < 0.0);
 }
