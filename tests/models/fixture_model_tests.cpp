@@ -8,6 +8,7 @@
 
 #include "models/model_test_support.hpp"
 #include "specdec/models/llama_model.hpp"
+#include "specdec/models/tokenizer.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"
 
@@ -20,6 +21,7 @@ using specdec::Token;
 struct Reference {
     std::vector<Token> prompt_ids, greedy_ids, tokens;
     std::vector<std::vector<float>> logits;
+    std::string prompt, greedy_text;
 };
 
 Reference load_reference(const std::filesystem::path& path) {
@@ -29,6 +31,8 @@ Reference load_reference(const std::filesystem::path& path) {
     r.greedy_ids = json.at("greedy_ids").get<std::vector<Token>>();
     r.tokens = json.at("tokens").get<std::vector<Token>>();
     r.logits = json.at("logits").get<std::vector<std::vector<float>>>();
+    r.prompt = json.at("prompt").get<std::string>();
+    r.greedy_text = json.at("greedy_text").get<std::string>();
     return r;
 }
 
@@ -121,4 +125,17 @@ TEST_CASE("stories260K Q8_0 and Q4_0 files load, run and mostly agree with the F
     // Along the 69 reference tokens; the README measured 0.99 (Q8_0) and 0.875 (Q4_0) over 128 positions.
     CHECK(argmax_agreement(target, q8, reference.tokens) >= 0.95);
     CHECK(argmax_agreement(target, q4, reference.tokens) >= 0.75);
+}
+
+TEST_CASE("stories260K writes the reference story from the reference prompt, tokenizer included", "[model][fixture]") {
+    SPECDEC_REQUIRE_FIXTURE(path, "stories260K.gguf");
+    SPECDEC_REQUIRE_FIXTURE(reference_path, "stories260K.reference.json");
+    const Reference reference = load_reference(reference_path);
+    const auto file = specdec::gguf::File::open(path);
+    const auto tokenizer = specdec::Tokenizer::from_gguf(file);
+    const std::vector<Token> prompt = tokenizer.encode(reference.prompt, /*add_bos=*/true);
+    REQUIRE(prompt == reference.prompt_ids);
+    LlamaModel model = LlamaModel::from_gguf(path);
+    const std::vector<Token> continuation = greedy_continuation(model, prompt, reference.greedy_ids.size());
+    CHECK(tokenizer.decode(continuation) == reference.greedy_text);
 }

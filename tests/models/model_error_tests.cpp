@@ -52,7 +52,10 @@ TEST_CASE("an empty forward returns no rows and changes nothing", "[model]") {
 }
 
 TEST_CASE("a model written to GGUF loads back with identical logits, tied head included", "[model]") {
-    LlamaModel original = specdec::make_synthetic_target({.size = "tiny", .target_storage = specdec::WeightType::q8_0});
+    const specdec::WeightType storage = GENERATE(specdec::WeightType::f32, specdec::WeightType::f16, specdec::WeightType::bf16,
+                                                 specdec::WeightType::q8_0, specdec::WeightType::q4_0);
+    INFO(specdec::weight_type_name(storage));
+    LlamaModel original = specdec::make_synthetic_target({.size = "tiny", .target_storage = storage});
     specdec::test::TemporaryFile file("roundtrip.gguf");
     specdec::test::llama_gguf_writer(original.weights()).write(file.path);
     LlamaModel loaded = LlamaModel::from_gguf(file.path);
