@@ -152,7 +152,7 @@ TEST_CASE("Byte-level BPE round-trips any bytes, ASCII or multi-byte UTF-8", "[t
     }
 }
 
-TEST_CASE("Byte-level BPE control tokens decode to nothing; user-defined tokens are literal", "[tokenizer][bpe]") {
+TEST_CASE("Byte-level BPE control tokens decode to nothing and user-defined tokens are literal", "[tokenizer][bpe]") {
     const Loaded loaded(hello_world_vocabulary());
     const Tokenizer& tokenizer = loaded.tokenizer;
     const Token end_of_text = tokenizer.eos();

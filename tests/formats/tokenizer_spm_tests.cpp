@@ -184,7 +184,7 @@ TEST_CASE("User-defined tokens are matched literally before SentencePiece runs",
     CHECK(loaded.pieces("<s>").size() > 1);
 }
 
-TEST_CASE("Missing keys fall back to llama.cpp defaults; broken tokenizer metadata is an Error", "[tokenizer][spm][errors]") {
+TEST_CASE("Missing tokenizer keys fall back to llama.cpp defaults and broken tokenizer metadata is an Error", "[tokenizer][spm][errors]") {
     SECTION("defaults without scores, types or special ids") {
         Writer writer;
         writer.add_string("tokenizer.ggml.model", "llama");
