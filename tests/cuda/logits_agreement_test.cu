@@ -124,7 +124,7 @@ TEST_CASE("quantised GGUF weights (Q8_0, Q4_0) are dequantised on upload to the 
         }
         INFO(name);
         LlamaModel cpu = LlamaModel::from_gguf(*path, {.threads = 2});
-        CudaLlamaModel gpu(cpu.weights(), {.precision = Precision::f32});
+        CudaLlamaModel gpu = CudaLlamaModel::from_gguf(*path, {.precision = Precision::f32});
         const auto tokens = test_tokens(32, cpu.vocab_size());
         require_logits_close(gpu.forward(tokens), cpu.forward(tokens), 2e-3f);
     }

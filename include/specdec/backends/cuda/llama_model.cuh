@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -46,6 +47,7 @@
 #include "specdec/core/rng.hpp"
 #include "specdec/core/types.hpp"
 #include "specdec/decoding/verification.hpp"
+#include "specdec/models/llama_gguf.hpp"
 #include "specdec/models/llama_weights.hpp"
 #include "specdec/sampling/acceptance.hpp"
 #include "specdec/sampling/draft_proposal.hpp"
@@ -126,6 +128,15 @@ public:
         state_ = std::make_unique<detail::CudaLlamaState>();
         state_->weights = upload_weights(weights, options.precision, state_->stream.get());
         initialise(options);
+    }
+
+    // Loads a GGUF file of architecture "llama" (any storage type the CPU
+    // reader accepts) and uploads it; the file is unmapped afterwards.
+    static CudaLlamaModel from_gguf(const std::filesystem::path& path, CudaModelOptions options = {}) {
+        detail::require_device("CudaLlamaModel::from_gguf");
+        if (options.name.empty()) options.name = path.stem().string();
+        const LlamaWeights weights = llama_weights_from_gguf(std::make_shared<const gguf::File>(gguf::File::open(path)));
+        return CudaLlamaModel(weights, std::move(options));
     }
 
     // Takes weights already on the device (see generate_synthetic_weights).
