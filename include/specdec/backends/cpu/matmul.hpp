@@ -125,7 +125,16 @@ SPECDEC_AVX2_TARGET void matmul_tile_avx2(const WeightMatrix& w, std::size_t row
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
         for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_setzero_ps();
+    // Software prefetch of the next tile (the R rows after these, contiguous
+    // in memory), at the pace this tile is consumed: the hardware prefetcher
+    // alone does not run far enough ahead once several columns make the loop
+    // compute-heavy, and memory and compute then no longer overlap.
+    constexpr std::size_t chunk_bytes = T == WeightType::f32 ? 128 : (T == WeightType::q8_0 ? sizeof(BlockQ8_0) : (T == WeightType::q4_0 ? sizeof(BlockQ4_0) : 64));
+    const char* next_tile = reinterpret_cast<const char*>(rows[0]) + R * row_bytes;
     for (std::size_t b = 0; b < chunks; ++b) {
+        for (std::size_t offset = b * R * chunk_bytes; offset < (b + 1) * R * chunk_bytes; offset += 64) {
+            _mm_prefetch(next_tile + offset, _MM_HINT_T0);
+        }
         __m256 d[R];
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) d[r] = block_scale<T>(rows[r], b);

@@ -132,7 +132,13 @@ SPECDEC_AVX2_TARGET void quant_matmul_tile_avx2(const WeightMatrix& w, std::size
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
         for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_setzero_ps();
+    // Prefetch the next tile at the pace this one is consumed (see matmul_tile_avx2).
+    const char* next_tile = reinterpret_cast<const char*>(rows[0]) + R * row_bytes;
+    constexpr std::size_t tile_block_bytes = R * quant_block_bytes<T>();
     for (std::size_t b = 0; b < blocks; ++b) {
+        // One prefetch per 64 bytes of the next tile: when this block's share crosses a line.
+        const std::size_t begin = b * tile_block_bytes, end = begin + tile_block_bytes;
+        for (std::size_t offset = (begin + 63) / 64 * 64; offset < end; offset += 64) _mm_prefetch(next_tile + offset, _MM_HINT_T0);
         __m256i wq[R], wabs[R];
         float dw[R];
 #pragma GCC unroll 4
