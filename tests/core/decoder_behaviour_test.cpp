@@ -17,7 +17,7 @@ ToyLMOptions draft_options() { return {.vocab = 40, .seed = 8, .sharpness = 1.5,
 const std::vector<Token> kPrompt{5, 6, 7};
 }  // namespace
 
-TEST_CASE("the same seed gives the same tokens; another seed gives other tokens", "[decoder]") {
+TEST_CASE("the same seed gives the same tokens and another seed gives other tokens", "[decoder]") {
     ToyLM target(target_options()), draft(draft_options());
     auto run = [&](std::uint64_t seed) {
         specdec::SpeculativeDecoder decoder(draft, target, {.draft_tokens = 4, .seed = seed, .max_new_tokens = 48});
