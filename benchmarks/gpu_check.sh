@@ -9,7 +9,8 @@
 #      temperatures 0 and 1, writing JSON (and SVG).
 # Results go to $SPECDEC_GPU_CHECK_OUT (else $OUT, else build-gpu-check/results).
 # Environment: SPECDEC_BUILD_DIR (default build-gpu-check), SPECDEC_JOBS,
-# SPECDEC_CUDA_ARCH (default 90).
+# SPECDEC_CUDA_ARCH (default 90), SPECDEC_FIXTURES (the folder holding
+# stories260K*.gguf; without it the fixture comparisons skip with a message).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
