@@ -129,11 +129,12 @@ SPECDEC_AVX2_TARGET void matmul_tile_avx2(const WeightMatrix& w, std::size_t row
     // in memory), at the pace this tile is consumed: the hardware prefetcher
     // alone does not run far enough ahead once several columns make the loop
     // compute-heavy, and memory and compute then no longer overlap.
-    constexpr std::size_t chunk_bytes = T == WeightType::f32 ? 128 : (T == WeightType::q8_0 ? sizeof(BlockQ8_0) : (T == WeightType::q4_0 ? sizeof(BlockQ4_0) : 64));
+    constexpr std::size_t chunk_bytes = T == WeightType::f32 ? 128 : 64;  // 32 values (this kernel: dense types)
     const char* next_tile = reinterpret_cast<const char*>(rows[0]) + R * row_bytes;
     for (std::size_t b = 0; b < chunks; ++b) {
-        for (std::size_t offset = b * R * chunk_bytes; offset < (b + 1) * R * chunk_bytes; offset += 64) {
-            _mm_prefetch(next_tile + offset, _MM_HINT_T0);
+#pragma GCC unroll 8
+        for (std::size_t line = 0; line < R * chunk_bytes / 64; ++line) {
+            _mm_prefetch(next_tile + b * R * chunk_bytes + 64 * line, _MM_HINT_T0);
         }
         __m256 d[R];
 #pragma GCC unroll 4

@@ -23,6 +23,10 @@ namespace specdec::cpu {
 struct Q8Activations {
     std::vector<std::int8_t> values;  // column c, block b at (c * blocks + b) * 32
     std::vector<float> scales;        // column c, block b at c * blocks + b
+    // 8 * the sums of each 4 consecutive values, 8 per block (column c, block b
+    // at (c * blocks + b) * 8): what a dot product with the unsigned Q4_0
+    // nibbles (q + 8) must subtract, lane by lane, to become the signed one.
+    std::vector<std::int32_t> offset_sums;
     std::size_t blocks = 0;
 
     [[nodiscard]] const std::int8_t* block(std::size_t c, std::size_t b) const { return &values[(c * blocks + b) * kQuantBlock]; }
@@ -33,6 +37,7 @@ inline void quantize_activations(const float* x, std::size_t x_stride, std::size
     out.blocks = cols / kQuantBlock;
     out.values.resize(columns * cols);
     out.scales.resize(columns * out.blocks);
+    out.offset_sums.resize(columns * out.blocks * 8);
     for (std::size_t c = 0; c < columns; ++c) {
         for (std::size_t b = 0; b < out.blocks; ++b) {
             const float* v = x + c * x_stride + b * kQuantBlock;
@@ -43,6 +48,8 @@ inline void quantize_activations(const float* x, std::size_t x_stride, std::size
             std::int8_t* q = &out.values[(c * out.blocks + b) * kQuantBlock];
             for (std::size_t i = 0; i < kQuantBlock; ++i) q[i] = static_cast<std::int8_t>(std::nearbyint(v[i] * inverse));
             out.scales[c * out.blocks + b] = d;
+            std::int32_t* sums = &out.offset_sums[(c * out.blocks + b) * 8];
+            for (std::size_t lane = 0; lane < 8; ++lane) sums[lane] = 8 * (q[4 * lane] + q[4 * lane + 1] + q[4 * lane + 2] + q[4 * lane + 3]);
         }
     }
 }
@@ -120,8 +127,8 @@ SPECDEC_AVX2_TARGET inline __m256i load_weight_block(const std::byte* block) {
 // Column c's block b is at x_values + (c * blocks + b) * 32 with scale x_scales[c * blocks + b].
 template <WeightType T, int R, int NC>
 SPECDEC_AVX2_TARGET void quant_matmul_tile_avx2(const WeightMatrix& w, std::size_t row_begin, const std::int8_t* x_values,
-                                                const float* x_scales, std::size_t blocks, float* y, std::size_t y_stride,
-                                                bool accumulate) {
+                                                const float* x_scales, const std::int32_t* x_offset_sums, std::size_t blocks,
+                                                float* y, std::size_t y_stride, bool accumulate) {
     const std::size_t row_bytes = w.row_bytes();
     const __m256i ones = _mm256_set1_epi16(1);
     const std::byte* rows[R];
@@ -136,29 +143,46 @@ SPECDEC_AVX2_TARGET void quant_matmul_tile_avx2(const WeightMatrix& w, std::size
     const char* next_tile = reinterpret_cast<const char*>(rows[0]) + R * row_bytes;
     constexpr std::size_t tile_block_bytes = R * quant_block_bytes<T>();
     for (std::size_t b = 0; b < blocks; ++b) {
-        // One prefetch per 64 bytes of the next tile: when this block's share crosses a line.
-        const std::size_t begin = b * tile_block_bytes, end = begin + tile_block_bytes;
-        for (std::size_t offset = (begin + 63) / 64 * 64; offset < end; offset += 64) _mm_prefetch(next_tile + offset, _MM_HINT_T0);
-        __m256i wq[R], wabs[R];
-        float dw[R];
+        // A constant number of prefetches per block (a loop of variable
+        // length here made GCC keep the accumulators on the stack).
+#pragma GCC unroll 4
+        for (std::size_t line = 0; line < (tile_block_bytes + 63) / 64; ++line) {
+            _mm_prefetch(next_tile + b * tile_block_bytes + 64 * line, _MM_HINT_T0);
+        }
+        // Q8_0: |w| and sign moved onto x (maddubs needs one unsigned operand).
+        // Q4_0: the nibbles q + 8 are already unsigned; the +8 is taken back
+        // per column with the precomputed offset sums.
+        __m256i wq[R], wunsigned[R];
+        __m256 dw[R];
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
             const std::byte* block = rows[r] + b * quant_block_bytes<T>();
-            wq[r] = load_weight_block<T>(block);
-            wabs[r] = _mm256_sign_epi8(wq[r], wq[r]);
+            if constexpr (T == WeightType::q8_0) {
+                wq[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
+                wunsigned[r] = _mm256_sign_epi8(wq[r], wq[r]);
+            } else {
+                const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+                wunsigned[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0F));
+            }
             Half d_bits;
             std::memcpy(&d_bits, block, 2);
-            dw[r] = _cvtsh_ss(d_bits);
+            dw[r] = _mm256_set1_ps(_cvtsh_ss(d_bits));
         }
 #pragma GCC unroll 4
         for (int c = 0; c < NC; ++c) {
-            const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_values + (c * blocks + b) * kQuantBlock));
-            const float dx = x_scales[c * blocks + b];
+            const std::size_t cb = c * blocks + b;
+            const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_values + cb * kQuantBlock));
+            const __m256 dx = _mm256_broadcast_ss(x_scales + cb);
 #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
-                const __m256i products = _mm256_maddubs_epi16(wabs[r], _mm256_sign_epi8(xq, wq[r]));
-                const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(products, ones));
-                acc[r][c] = _mm256_fmadd_ps(dot, _mm256_set1_ps(dw[r] * dx), acc[r][c]);
+                __m256i dot32;
+                if constexpr (T == WeightType::q8_0) {
+                    dot32 = _mm256_madd_epi16(_mm256_maddubs_epi16(wunsigned[r], _mm256_sign_epi8(xq, wq[r])), ones);
+                } else {
+                    const __m256i offsets = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_offset_sums + cb * 8));
+                    dot32 = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wunsigned[r], xq), ones), offsets);
+                }
+                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32), _mm256_mul_ps(dw[r], dx), acc[r][c]);
             }
         }
     }
@@ -178,12 +202,13 @@ SPECDEC_AVX2_TARGET void quant_matmul_row_tile_avx2(const WeightMatrix& w, std::
     for (std::size_t c0 = 0; c0 < columns; c0 += 4) {
         const std::int8_t* xv = qx.values.data() + c0 * blocks * kQuantBlock;
         const float* xs = qx.scales.data() + c0 * blocks;
+        const std::int32_t* xo = qx.offset_sums.data() + c0 * blocks * 8;
         float* yg = y + c0 * y_stride;
         switch (std::min<std::size_t>(4, columns - c0)) {
-            case 1: quant_matmul_tile_avx2<T, R, 1>(w, row_begin, xv, xs, blocks, yg, y_stride, accumulate); break;
-            case 2: quant_matmul_tile_avx2<T, R, 2>(w, row_begin, xv, xs, blocks, yg, y_stride, accumulate); break;
-            case 3: quant_matmul_tile_avx2<T, R, 3>(w, row_begin, xv, xs, blocks, yg, y_stride, accumulate); break;
-            default: quant_matmul_tile_avx2<T, R, 4>(w, row_begin, xv, xs, blocks, yg, y_stride, accumulate); break;
+            case 1: quant_matmul_tile_avx2<T, R, 1>(w, row_begin, xv, xs, xo, blocks, yg, y_stride, accumulate); break;
+            case 2: quant_matmul_tile_avx2<T, R, 2>(w, row_begin, xv, xs, xo, blocks, yg, y_stride, accumulate); break;
+            case 3: quant_matmul_tile_avx2<T, R, 3>(w, row_begin, xv, xs, xo, blocks, yg, y_stride, accumulate); break;
+            default: quant_matmul_tile_avx2<T, R, 4>(w, row_begin, xv, xs, xo, blocks, yg, y_stride, accumulate); break;
         }
     }
 }
