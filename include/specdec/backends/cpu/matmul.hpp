@@ -172,14 +172,18 @@ SPECDEC_AVX2_TARGET void matmul_row_tile_avx2(const WeightMatrix& w, std::size_t
                                               std::size_t x_stride, std::size_t columns, float* y, std::size_t y_stride,
                                               bool accumulate) {
     // Column groups of 4 reuse the tile's rows while they are in L1.
-    for (std::size_t c0 = 0; c0 < columns; c0 += kColumnGroup) {
+    for (std::size_t c0 = 0, group = 0; c0 < columns; c0 += group) {
+        // Groups of 4; a remainder of exactly 5 (a 4-token draft plus its bonus
+        // position, the common verify) fits one pass of 10 accumulators.
+        group = columns - c0 == 5 ? 5 : std::min(kColumnGroup, columns - c0);
         const float* xg = x + c0 * x_stride;
         float* yg = y + c0 * y_stride;
-        switch (std::min(kColumnGroup, columns - c0)) {
+        switch (group) {
             case 1: matmul_tile_avx2<T, R, 1>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
             case 2: matmul_tile_avx2<T, R, 2>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
             case 3: matmul_tile_avx2<T, R, 3>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
-            default: matmul_tile_avx2<T, R, 4>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
+            case 4: matmul_tile_avx2<T, R, 4>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
+            default: matmul_tile_avx2<T, R, 5>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
         }
     }
 }
