@@ -140,3 +140,21 @@ TEST_CASE("F16, BF16, Q8_0 and Q4_0 encodings round-trip within their precision"
         CHECK(specdec::test::max_abs_difference(values, decoded) < bound);
     }
 }
+
+TEST_CASE("the SIMD attention kernel agrees with the scalar one", "[model]") {
+    const std::size_t head_dim = GENERATE(std::size_t{8}, std::size_t{24}, std::size_t{64}, std::size_t{128});
+    const std::size_t positions = GENERATE(std::size_t{1}, std::size_t{7}, std::size_t{9}, std::size_t{300});
+    INFO("head_dim " << head_dim << ", positions " << positions);
+    const std::size_t stride = head_dim * 3;  // rows of several KV heads, like the cache
+    std::vector<float> q(head_dim), keys(positions * stride), values(positions * stride);
+    for (std::size_t i = 0; i < q.size(); ++i) q[i] = specdec::detail::synthetic_normal(1, i);
+    for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = specdec::detail::synthetic_normal(2, i);
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = specdec::detail::synthetic_normal(3, i);
+    std::vector<float> scores(positions), fast(head_dim), scalar(head_dim);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    specdec::cpu::attend(q.data(), keys.data(), values.data(), stride, positions, head_dim, scale, scores.data(), fast.data());
+    specdec::cpu::detail::attend_scalar(q.data(), keys.data(), values.data(), stride, positions, head_dim, scale, scores.data(),
+                                        scalar.data());
+    // Outputs are convex combinations of N(0, 1) values; the vector exp is within ~2e-7 relative.
+    CHECK(specdec::test::max_abs_difference(fast, scalar) < 1e-5f);
+}

@@ -184,23 +184,9 @@ private:
             const std::size_t positions = past + i + 1;
             thread_local std::vector<float> scores;
             if (scores.size() < positions) scores.resize(positions);
-            const float* q = &q_[i * c.embedding_dim + h * hd];
-            float max_score = -INFINITY;
-            for (std::size_t j = 0; j < positions; ++j) {
-                scores[j] = cpu::dot(q, keys + j * kv_dim + kv_head * hd, hd) * scale;
-                max_score = std::max(max_score, scores[j]);
-            }
-            float total = 0.0f;
-            for (std::size_t j = 0; j < positions; ++j) {
-                scores[j] = std::exp(scores[j] - max_score);
-                total += scores[j];
-            }
-            float* out = &attention_out_[i * c.embedding_dim + h * hd];
-            std::fill(out, out + hd, 0.0f);
-            const float inverse_total = 1.0f / total;
-            for (std::size_t j = 0; j < positions; ++j) {
-                cpu::axpy(scores[j] * inverse_total, values + j * kv_dim + kv_head * hd, out, hd);
-            }
+            const std::size_t kv_offset = kv_head * hd;
+            cpu::attend(&q_[i * c.embedding_dim + h * hd], keys + kv_offset, values + kv_offset, kv_dim, positions, hd, scale,
+                        scores.data(), &attention_out_[i * c.embedding_dim + h * hd]);
         });
     }
 

@@ -1,8 +1,10 @@
 #pragma once
 // Short float vector primitives of the transformer (dot, axpy, RMSNorm,
 // SwiGLU gate, RoPE rotation), with AVX2 versions chosen at run time.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 #include "specdec/backends/cpu/simd.hpp"
 
@@ -73,6 +75,119 @@ inline void rope_rotate(float* head, const float* cosines, const float* sines, s
         head[2 * i] = a * cosines[i] - b * sines[i];
         head[2 * i + 1] = a * sines[i] + b * cosines[i];
     }
+}
+
+namespace detail {
+
+inline void attend_scalar(const float* q, const float* keys, const float* values, std::size_t stride, std::size_t positions,
+                          std::size_t head_dim, float scale, float* scores, float* out) {
+    float max_score = -INFINITY;
+    for (std::size_t j = 0; j < positions; ++j) {
+        float s = 0.0f;
+        for (std::size_t i = 0; i < head_dim; ++i) s += q[i] * keys[j * stride + i];
+        scores[j] = s * scale;
+        max_score = std::max(max_score, scores[j]);
+    }
+    float total = 0.0f;
+    for (std::size_t j = 0; j < positions; ++j) {
+        scores[j] = std::exp(scores[j] - max_score);
+        total += scores[j];
+    }
+    std::fill(out, out + head_dim, 0.0f);
+    for (std::size_t j = 0; j < positions; ++j) {
+        const float weight = scores[j] / total;
+        for (std::size_t i = 0; i < head_dim; ++i) out[i] += weight * values[j * stride + i];
+    }
+}
+
+#if SPECDEC_HAS_X86_KERNELS
+// e^x for x <= 0 (softmax arguments after subtracting the maximum): range
+// reduction x = n ln2 + r, |r| <= ln2/2, and a degree-6 Taylor polynomial;
+// relative error ~2e-7, far below what the logits tolerance needs.
+SPECDEC_AVX2_TARGET inline __m256 exp_nonpositive_avx2(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), x);  // ln2 split in a high and a low part
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i exponent = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), exponent));
+}
+
+// One query head against `positions` cached keys/values (row j at keys + j *
+// stride): scores, softmax and the weighted sum of values in one pass over
+// the cache, with no call per position. head_dim must be a multiple of 8.
+SPECDEC_AVX2_TARGET inline void attend_avx2(const float* q, const float* keys, const float* values, std::size_t stride,
+                                            std::size_t positions, std::size_t head_dim, float scale, float* scores, float* out) {
+    float max_score = -INFINITY;
+    for (std::size_t j = 0; j < positions; ++j) {
+        const float* k = keys + j * stride;
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        std::size_t i = 0;
+        for (; i + 16 <= head_dim; i += 16) {
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_loadu_ps(k + i + 8), a1);
+        }
+        if (i < head_dim) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), a0);
+        scores[j] = horizontal_sum(_mm256_add_ps(a0, a1)) * scale;
+        max_score = std::max(max_score, scores[j]);
+    }
+    const __m256 max_vector = _mm256_set1_ps(max_score);
+    __m256 total_vector = _mm256_setzero_ps();
+    std::size_t j = 0;
+    for (; j + 8 <= positions; j += 8) {
+        const __m256 e = exp_nonpositive_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + j), max_vector));
+        _mm256_storeu_ps(scores + j, e);
+        total_vector = _mm256_add_ps(total_vector, e);
+    }
+    float total = horizontal_sum(total_vector);
+    for (; j < positions; ++j) {
+        scores[j] = std::exp(scores[j] - max_score);
+        total += scores[j];
+    }
+    const float inverse_total = 1.0f / total;
+    // Weighted sum in slices of 64 dimensions held in 8 registers.
+    for (std::size_t d0 = 0; d0 < head_dim; d0 += 64) {
+        const std::size_t slices = std::min<std::size_t>(8, (head_dim - d0) / 8);
+        __m256 acc[8];
+        for (int s = 0; s < 8; ++s) acc[s] = _mm256_setzero_ps();
+        if (slices == 8) {
+            for (std::size_t p = 0; p < positions; ++p) {
+                const __m256 weight = _mm256_set1_ps(scores[p]);
+                const float* v = values + p * stride + d0;
+#pragma GCC unroll 8
+                for (int s = 0; s < 8; ++s) acc[s] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(v + 8 * s), acc[s]);
+            }
+        } else {
+            for (std::size_t p = 0; p < positions; ++p) {
+                const __m256 weight = _mm256_set1_ps(scores[p]);
+                const float* v = values + p * stride + d0;
+                for (std::size_t s = 0; s < slices; ++s) acc[s] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(v + 8 * s), acc[s]);
+            }
+        }
+        const __m256 normaliser = _mm256_set1_ps(inverse_total);
+        for (std::size_t s = 0; s < slices; ++s) _mm256_storeu_ps(out + d0 + 8 * s, _mm256_mul_ps(acc[s], normaliser));
+    }
+}
+#endif
+
+}  // namespace detail
+
+// Causal attention of one query head over `positions` cached rows (row j of
+// keys and values at + j * stride): softmax(q . k_j * scale) weighted sum of
+// v_j into out[head_dim]. `scores` is scratch of at least `positions` floats.
+inline void attend(const float* q, const float* keys, const float* values, std::size_t stride, std::size_t positions,
+                   std::size_t head_dim, float scale, float* scores, float* out) {
+#if SPECDEC_HAS_X86_KERNELS
+    if (avx2_available() && head_dim % 8 == 0) return detail::attend_avx2(q, keys, values, stride, positions, head_dim, scale, scores, out);
+#endif
+    detail::attend_scalar(q, keys, values, stride, positions, head_dim, scale, scores, out);
 }
 
 }  // namespace specdec::cpu
