@@ -34,11 +34,12 @@
 // The 100m target generates in ~2.7 s on 2 cores (F16, 268 MB).
 //
 // Speed of "100m" on the development machine (2 Zen3 cores shared with other
-// jobs; single-thread CPU time, which the other jobs disturb least, at a
-// time when one core streamed ~17 GB/s): target one-token forward 17 ms
-// (~13 GB/s of weights), 5-token forward 1.7x that; one-token draft forward
-// as a fraction of the target's: q4_0 0.34, q8_0 0.38, early-exit-q4_0 6/12
-// 0.21. (Q4_0 is compute-bound where F16 is memory-bound, hence 0.34 > 0.28.)
+// jobs, so ranges over several runs; single-thread CPU time, which the other
+// jobs disturb least, while one core streamed 17-20 GB/s): target one-token
+// forward 13-17 ms (13-17 GB/s of weights), 5-token forward 1.7-2.0x that;
+// one-token draft forward as a fraction of the target's: q4_0 0.34-0.43,
+// q8_0 0.38-0.41, early-exit-q4_0 6/12 0.21-0.26. The Q4_0 kernel is
+// compute-bound where F16 is memory-bound, hence more than its 0.28 of the bytes.
 #include <algorithm>
 #include <bit>
 #include <cmath>
