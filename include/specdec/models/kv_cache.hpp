@@ -2,6 +2,10 @@
 // Keys and values of every layer for positions [0, size()). Indexed by
 // absolute position, so rolling back is only a smaller size(): truncate is
 // O(1) and the next forward overwrites the discarded positions.
+//
+// Layout: [layer][kv head][position][head_dim] for keys, the same for values,
+// so that attention streams one head's cached positions contiguously (the
+// position-major alternative reads a 256-byte piece every kv_dim floats).
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -13,21 +17,20 @@ namespace specdec {
 class KvCache {
 public:
     KvCache() = default;
-    KvCache(std::size_t layers, std::size_t capacity, std::size_t kv_dim)
-        : layers_(layers), capacity_(capacity), kv_dim_(kv_dim),
+    KvCache(std::size_t layers, std::size_t capacity, std::size_t kv_heads, std::size_t head_dim)
+        : layers_(layers), capacity_(capacity), kv_heads_(kv_heads), head_dim_(head_dim),
           // Not zero-filled: pages are only touched as positions are written.
-          data_(new float[layers * capacity * kv_dim * 2]) {}
+          data_(new float[layers * 2 * kv_heads * capacity * head_dim]) {}
 
     [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
     [[nodiscard]] std::size_t size() const noexcept { return size_; }
-    [[nodiscard]] std::size_t kv_dim() const noexcept { return kv_dim_; }
 
-    // Row of kv_dim floats for (layer, position); rows of one layer are contiguous.
-    [[nodiscard]] float* keys(std::size_t layer, std::size_t position) noexcept {
-        return data_.get() + ((layer * 2) * capacity_ + position) * kv_dim_;
+    // head_dim floats for (layer, kv head, position); positions of one head are contiguous.
+    [[nodiscard]] float* keys(std::size_t layer, std::size_t kv_head, std::size_t position) noexcept {
+        return data_.get() + (((layer * 2) * kv_heads_ + kv_head) * capacity_ + position) * head_dim_;
     }
-    [[nodiscard]] float* values(std::size_t layer, std::size_t position) noexcept {
-        return data_.get() + ((layer * 2 + 1) * capacity_ + position) * kv_dim_;
+    [[nodiscard]] float* values(std::size_t layer, std::size_t kv_head, std::size_t position) noexcept {
+        return data_.get() + (((layer * 2 + 1) * kv_heads_ + kv_head) * capacity_ + position) * head_dim_;
     }
 
     void set_size(std::size_t positions) {
@@ -39,7 +42,7 @@ public:
     }
 
 private:
-    std::size_t layers_ = 0, capacity_ = 0, kv_dim_ = 0, size_ = 0;
+    std::size_t layers_ = 0, capacity_ = 0, kv_heads_ = 0, head_dim_ = 0, size_ = 0;
     std::unique_ptr<float[]> data_;
 };
 

@@ -43,7 +43,7 @@ public:
         const LlamaConfig& c = weights_.config;
         if (!pool_) pool_ = std::make_shared<cpu::ThreadPool>(options.threads);
         const std::size_t capacity = options.max_context == 0 ? c.context_length : std::min(options.max_context, c.context_length);
-        cache_ = KvCache(c.layer_count, capacity, c.kv_dim());
+        cache_ = KvCache(c.layer_count, capacity, c.kv_heads(), c.head_dim());
         // Inverse frequencies of the rotary pairs: base^(-2i / rope_dim).
         const std::size_t pairs = c.rotary_dim() / 2;
         inverse_frequencies_.resize(pairs);
@@ -102,14 +102,15 @@ public:
         for (std::size_t layer = 0; layer < c.layer_count; ++layer) {
             const LlamaLayerWeights& w = weights_.layers[layer];
             for (std::size_t i = 0; i < n; ++i) cpu::rms_norm(&x_[i * dim], w.attention_norm.data(), dim, c.rms_norm_eps, &normed_[i * dim]);
-            // Q, K and V in one parallel section; K and V land in the cache directly.
+            // Q, K and V in one parallel section.
             const cpu::MatmulTarget qkv[] = {
                 {&w.query, q_.data(), dim, false},
-                {&w.key, cache_.keys(layer, past), kv_dim, false},
-                {&w.value, cache_.values(layer, past), kv_dim, false},
+                {&w.key, k_.data(), kv_dim, false},
+                {&w.value, v_.data(), kv_dim, false},
             };
             cpu::matmul(*pool_, qkv, normed_.data(), dim, n);
-            apply_rope(layer, past, n);
+            apply_rope(n);
+            store_keys_values(layer, past, n);
             attention(layer, past, n);
             cpu::matmul(*pool_, w.attention_output, attention_out_.data(), dim, n, x_.data(), dim, /*accumulate=*/true);
 
@@ -137,6 +138,8 @@ private:
         grow(x_, n * c.embedding_dim);
         grow(normed_, n * c.embedding_dim);
         grow(q_, n * c.embedding_dim);
+        grow(k_, n * c.kv_dim());
+        grow(v_, n * c.kv_dim());
         grow(attention_out_, n * c.embedding_dim);
         grow(gate_, n * c.feed_forward_dim);
         grow(up_, n * c.feed_forward_dim);
@@ -158,7 +161,7 @@ private:
         }
     }
 
-    void apply_rope(std::size_t layer, std::size_t past, std::size_t n) {
+    void apply_rope(std::size_t n) {
         const LlamaConfig& c = weights_.config;
         const std::size_t hd = c.head_dim(), pairs = inverse_frequencies_.size();
         for (std::size_t i = 0; i < n; ++i) {
@@ -166,8 +169,20 @@ private:
             const float* sines = &rope_sin_[i * pairs];
             float* q = &q_[i * c.embedding_dim];
             for (std::size_t h = 0; h < c.head_count; ++h) cpu::rope_rotate(q + h * hd, cosines, sines, pairs);
-            float* k = cache_.keys(layer, past + i);
+            float* k = &k_[i * c.kv_dim()];
             for (std::size_t h = 0; h < c.kv_heads(); ++h) cpu::rope_rotate(k + h * hd, cosines, sines, pairs);
+        }
+    }
+
+    // Copies the new tokens' keys and values into the head-major cache.
+    void store_keys_values(std::size_t layer, std::size_t past, std::size_t n) {
+        const LlamaConfig& c = weights_.config;
+        const std::size_t hd = c.head_dim();
+        for (std::size_t i = 0; i < n; ++i) {
+            for (std::size_t h = 0; h < c.kv_heads(); ++h) {
+                std::copy_n(&k_[i * c.kv_dim() + h * hd], hd, cache_.keys(layer, h, past + i));
+                std::copy_n(&v_[i * c.kv_dim() + h * hd], hd, cache_.values(layer, h, past + i));
+            }
         }
     }
 
@@ -175,18 +190,14 @@ private:
     void attention(std::size_t layer, std::size_t past, std::size_t n) {
         const LlamaConfig& c = weights_.config;
         const std::size_t hd = c.head_dim(), heads = c.head_count, group = c.head_count / c.kv_heads();
-        const std::size_t kv_dim = c.kv_dim();
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        const float* keys = cache_.keys(layer, 0);
-        const float* values = cache_.values(layer, 0);
         pool_->parallel_for(n * heads, [&](std::size_t task) {
             const std::size_t i = task / heads, h = task % heads, kv_head = h / group;
             const std::size_t positions = past + i + 1;
             thread_local std::vector<float> scores;
             if (scores.size() < positions) scores.resize(positions);
-            const std::size_t kv_offset = kv_head * hd;
-            cpu::attend(&q_[i * c.embedding_dim + h * hd], keys + kv_offset, values + kv_offset, kv_dim, positions, hd, scale,
-                        scores.data(), &attention_out_[i * c.embedding_dim + h * hd]);
+            cpu::attend(&q_[i * c.embedding_dim + h * hd], cache_.keys(layer, kv_head, 0), cache_.values(layer, kv_head, 0), hd,
+                        positions, hd, scale, scores.data(), &attention_out_[i * c.embedding_dim + h * hd]);
         });
     }
 
@@ -196,7 +207,7 @@ private:
     KvCache cache_;
     std::vector<float> inverse_frequencies_;
     // Activations of the current forward, n rows each (reused between calls).
-    std::vector<float> x_, normed_, q_, attention_out_, gate_, up_, logits_, rope_cos_, rope_sin_;
+    std::vector<float> x_, normed_, q_, k_, v_, attention_out_, gate_, up_, logits_, rope_cos_, rope_sin_;
 };
 
 static_assert(CausalLM<LlamaModel>);
