@@ -86,8 +86,8 @@ template <Drafter D>
 }  // namespace detail
 
 struct CostMeasurementSettings {
-    detail::SamplingBudget step{.min_samples = 5, .max_samples = 200, .min_seconds = 0.1};          // 1-token forwards
-    detail::SamplingBudget verification{.min_samples = 3, .max_samples = 100, .min_seconds = 0.05};  // (k+1)-token forwards
+    detail::SamplingBudget step{.min_samples = 5, .max_samples = 300, .min_seconds = 0.3};          // 1-token forwards
+    detail::SamplingBudget verification{.min_samples = 5, .max_samples = 200, .min_seconds = 0.3};  // (k+1)-token forwards
 };
 
 template <class Draft, CausalLM Target>

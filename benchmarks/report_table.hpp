@@ -92,6 +92,10 @@ inline void print_table(std::ostream& out, const BenchReport& report) {
                               best->speedup(), best->autoregressive_tokens_per_second(),
                               best->speculative_tokens_per_second())
             << "\n";
+        if (best->speedup() < 1.0) {
+            out << "no configuration beat autoregressive decoding here: a step must cost less than the tokens it "
+                   "yields (k*c + v_k < E); compare the measured c and v_k with alpha\n";
+        }
     }
     for (const ConfigurationResult& r : report.configurations) {
         if (r.greedy_match && !*r.greedy_match) {
