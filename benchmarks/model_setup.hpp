@@ -18,10 +18,7 @@
 #include "specdec/models/llama_gguf.hpp"
 #include "specdec/models/llama_model.hpp"
 #include "specdec/models/synthetic.hpp"
-#if __has_include("specdec/models/tokenizer.hpp")
 #include "specdec/models/tokenizer.hpp"
-#define SPECDEC_BENCH_HAS_TOKENIZER 1
-#endif
 #ifdef SPECDEC_BENCH_WITH_CUDA
 #include "specdec/backends/cuda/cuda.cuh"
 #endif
@@ -122,16 +119,10 @@ inline void check_same_vocabulary(std::size_t target_vocab, std::size_t draft_vo
 // the target's tokenizer, with BOS.
 inline void tokenize_prompt(const BenchOptions& options, ModelSetup& setup) {
     const std::string text = options.prompt.value_or(std::string(kDefaultTextPrompt));
-#ifdef SPECDEC_BENCH_HAS_TOKENIZER
     const gguf::File file = gguf::File::open(*options.target_path);
     const Tokenizer tokenizer = Tokenizer::from_gguf(file);
     setup.prompt = tokenizer.encode(text, /*add_bos=*/tokenizer.has_bos());
     setup.prompt_text = text;
-#else
-    // Built before the tokenizer existed: BOS alone is a valid Llama prompt.
-    if (options.prompt) throw UsageError("--prompt needs the tokenizer, which this build does not have");
-    setup.prompt = {1};
-#endif
     if (setup.prompt.empty()) throw UsageError("--prompt: the prompt tokenises to nothing");
 }
 
