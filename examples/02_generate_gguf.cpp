@@ -78,4 +78,4 @@ int main(int argc, char** argv) {
 //
 // stopped by max_new_tokens after 64 tokens
 // target passes 15 (4.27 tokens each), draft passes 58, drafts accepted 49/58 (84%)
-// time: draft 131.9 ms, target 59.7 ms, acceptance 0.1 ms, total 192.0 ms (333 tokens/s)
+// time: draft 12.9 ms, target 11.8 ms, acceptance 0.1 ms, total 25.0 ms (2558 tokens/s)
