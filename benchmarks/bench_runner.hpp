@@ -26,6 +26,7 @@ struct RunSettings {
     std::size_t new_tokens = 64;
     std::size_t repetitions = 2;
     std::uint64_t seed = 42;
+    std::size_t warmup_tokens = 8;  // one untimed short generation per method first; 0 = none
 };
 
 struct ProgressStep {
@@ -84,6 +85,17 @@ template <class Draft, CausalLM Target>
                                                                   const ProgressCallback& progress = {}) {
     std::vector<ConfigurationResult> results;
     const std::size_t total = settings.temperatures.size() * settings.draft_tokens.size();
+    if (settings.warmup_tokens > 0 && total > 0) {
+        // The first generations pay one-time costs (first touch of the KV
+        // caches and scratch buffers, thread start-up): keep them out of the
+        // first configuration's numbers.
+        const DecodingOptions warmup{.draft_tokens = settings.draft_tokens.front(),
+                                     .sampling = SamplingOptions{.temperature = settings.temperatures.front()},
+                                     .seed = settings.seed,
+                                     .max_new_tokens = std::min(settings.warmup_tokens, settings.new_tokens)};
+        (void)AutoregressiveDecoder<Target>(target, warmup).generate(prompt);
+        (void)SpeculativeDecoder<Draft, Target>(draft, target, warmup).generate(prompt);
+    }
     for (const double temperature : settings.temperatures) {
         for (const std::size_t k : settings.draft_tokens) {
             DecodingOptions options{

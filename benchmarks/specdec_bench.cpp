@@ -100,8 +100,11 @@ int run(const BenchOptions& options) {
     inputs.draft = setup.draft_info;
     inputs.prompt = setup.prompt;
     inputs.prompt_text = setup.prompt_text;
-    inputs.settings = RunSettings{options.draft_tokens, options.temperatures, options.new_tokens, options.repetitions,
-                                  options.seed};
+    inputs.settings = RunSettings{.draft_tokens = options.draft_tokens,
+                                  .temperatures = options.temperatures,
+                                  .new_tokens = options.new_tokens,
+                                  .repetitions = options.repetitions,
+                                  .seed = options.seed};
     return std::visit(
         [&](auto& draft) { return std::visit([&](auto& target) { return benchmark_and_report(*draft, *target, inputs, options); }, setup.target); },
         setup.draft);
