@@ -27,7 +27,7 @@ TEST_CASE("Philox4x32-10 reproduces the Random123 known-answer vectors", "[rng]"
     CHECK(pi.c[3] == 0x24126ea1u);
 }
 
-TEST_CASE("counter uniforms are in [0, 1), reproducible, and differ across seeds, positions and purposes", "[rng]") {
+TEST_CASE("counter uniforms lie in the unit interval, are reproducible, and differ across seeds, positions and purposes", "[rng]") {
     const specdec::CounterRng rng{42};
     std::set<double> seen;
     double sum = 0.0;
