@@ -68,7 +68,8 @@ TEST_CASE("every synthetic draft kind builds a model with the target's vocabular
     const specdec::SyntheticOptions options{.size = "tiny"};
     LlamaModel target = specdec::make_synthetic_target(options);
     for (const auto kind : {SyntheticDraftKind::quantized_q4, SyntheticDraftKind::quantized_q8, SyntheticDraftKind::early_exit,
-                            SyntheticDraftKind::early_exit_q4, SyntheticDraftKind::unrelated}) {
+                            SyntheticDraftKind::early_exit_q4, SyntheticDraftKind::early_exit_q8,
+                            SyntheticDraftKind::unrelated}) {
         INFO(specdec::synthetic_draft_kind_name(kind));
         LlamaModel draft = specdec::make_synthetic_draft(options, kind);
         CHECK(draft.vocab_size() == target.vocab_size());
@@ -79,7 +80,8 @@ TEST_CASE("every synthetic draft kind builds a model with the target's vocabular
 
 TEST_CASE("make_synthetic_pair builds the default draft on the target's thread pool", "[model][synthetic]") {
     auto pair = specdec::make_synthetic_pair({.size = "tiny", .threads = 2});
-    CHECK(pair.draft.weights().layers[0].query.type == specdec::WeightType::q4_0);
+    CHECK(pair.draft.weights().layers[0].query.type == specdec::WeightType::q8_0);
+    CHECK(pair.draft.config().layer_count == specdec::synthetic_shape("tiny").early_exit_layers);
     CHECK(pair.target.threads() == 2);
     CHECK(pair.draft.threads() == 2);
     CHECK(pair.target.forward(kPrompt).rows == kPrompt.size());
@@ -110,4 +112,24 @@ TEST_CASE("the 100m synthetic target has the shape and bytes of a 110M F16 Llama
     CHECK(target.context_length() == 64);
     const auto view = target.forward(kPrompt);
     CHECK(view.rows == kPrompt.size());
+}
+
+TEST_CASE("the 100m pair: a realistic target, a default draft at realistic acceptance for a tenth of the bytes",
+          "[model][synthetic][slow]") {
+    const specdec::SyntheticOptions options{.size = "100m", .max_context = 80};
+    LlamaModel target = specdec::make_synthetic_target(options);
+    LlamaModel draft = specdec::make_synthetic_draft(options);
+    LlamaModel control = specdec::make_synthetic_draft(options, SyntheticDraftKind::unrelated);
+    const auto stats = specdec::measure_pair(target, draft, {.positions = 64});
+    const auto control_stats = specdec::measure_pair(target, control, {.positions = 64});
+    INFO("entropy " << stats.target_entropy << " top-1 " << stats.target_top1 << " distinct " << stats.greedy_distinct_fraction
+                    << " acceptance " << stats.acceptance << " control " << control_stats.acceptance);
+    CHECK(stats.target_entropy > 1.5);  // nats; log(32000) = 10.4 would be flat
+    CHECK(stats.target_entropy < 4.5);
+    CHECK(stats.target_top1 > 0.3);
+    CHECK(stats.greedy_distinct_fraction > 0.3);
+    CHECK(stats.acceptance > 0.7);
+    CHECK(stats.acceptance < 0.95);
+    CHECK(control_stats.acceptance < 0.05);
+    CHECK(draft.weights().bytes_read_per_forward() * 5 < target.weights().bytes_read_per_forward());
 }
