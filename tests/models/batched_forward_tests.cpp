@@ -1,6 +1,7 @@
 // forward(n tokens) is one batched pass that must give the same logits as n
 // single-token passes, for every storage type, and rollback (truncate) must
 // leave the model as if the discarded tokens had never been fed.
+#include <algorithm>
 #include <vector>
 
 #include "models/model_test_support.hpp"
@@ -115,6 +116,37 @@ TEST_CASE("the SIMD matrix kernels agree with the scalar kernels", "[model]") {
             specdec::cpu::detail::matmul_rows_scalar(w, 0, rows, x.data(), cols, n, float_activations.data(), rows, true);
             CHECK(specdec::test::max_abs_difference(fast, float_activations) < 0.6f);
         }
+    }
+}
+
+TEST_CASE("each column of a matrix product is bitwise the same whatever the batch it is computed in", "[model]") {
+    // The kernels pick row tiles and column groups by batch size; every
+    // (row, column) sum must still be the same chain of operations, so that a
+    // verify pass reproduces the single-token logits exactly (greedy
+    // speculative decoding then equals greedy decoding even at near-ties).
+    const WeightType type = GENERATE(WeightType::f32, WeightType::f16, WeightType::bf16, WeightType::q8_0, WeightType::q4_0);
+    const std::size_t cols = specdec::is_block_quantized(type) ? 256 : 172;
+    INFO(specdec::weight_type_name(type));
+    const std::size_t rows = 37;
+    const std::size_t row_bytes = specdec::weight_row_bytes(type, cols);
+    std::vector<std::byte> data(rows * row_bytes);
+    std::vector<float> values(cols);
+    for (std::size_t r = 0; r < rows; ++r) {
+        for (std::size_t k = 0; k < cols; ++k) values[k] = specdec::detail::synthetic_normal(5, r * cols + k);
+        specdec::cpu::quantize_row(type, values.data(), cols, data.data() + r * row_bytes);
+    }
+    const specdec::WeightMatrix w{type, rows, cols, data.data()};
+    specdec::cpu::ThreadPool pool(2);
+    constexpr std::size_t kMaxColumns = 10;
+    std::vector<float> x(kMaxColumns * cols);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = specdec::detail::synthetic_normal(8, i);
+    std::vector<float> single(kMaxColumns * rows);
+    for (std::size_t c = 0; c < kMaxColumns; ++c) specdec::cpu::matmul(pool, w, &x[c * cols], cols, 1, &single[c * rows], rows);
+    for (std::size_t n = 2; n <= kMaxColumns; ++n) {
+        INFO(n << " columns");
+        std::vector<float> batched(n * rows);
+        specdec::cpu::matmul(pool, w, x.data(), cols, n, batched.data(), rows);
+        CHECK(std::equal(batched.begin(), batched.end(), single.begin()));
     }
 }
 
