@@ -43,14 +43,16 @@
 // The 100m target generates in ~2.7 s on 2 cores (F16, 268 MB).
 //
 // Speed of "100m" on the development machine (2 Zen3 cores shared with other
-// jobs, so ranges over several runs): target one-token forward 9.7-11.3 ms;
-// (k+1)-token forwards / one-token (v_k, specdec-bench): 2 tokens 1.16-1.25,
-// 3 tokens 1.09-1.20, 4 tokens 1.27-1.51, 5 tokens 1.24-1.68, 7 tokens
-// 1.78-2.11; one-token draft forward / target's (c): early-exit-q8_0 1/12
-// 0.074-0.085 (the Q8_0 and Q4_0 integer kernels are compute-bound, so Q8_0's
-// extra bytes cost little), full-depth q4_0 0.34-0.43. specdec-bench with no
-// arguments (default draft, 64 tokens, 2 repetitions, three runs): best
-// speedup 1.66-1.76x (T=1, k=3, alpha 0.88), 1.56-1.66x at T=0 (k=2 or 3).
+// jobs, so ranges over several runs): target one-token forward 9.4-10.8 ms;
+// (k+1)-token forwards / one-token (v_k, specdec-bench): 2 tokens 1.01-1.06,
+// 3 tokens 1.05-1.10, 4 tokens 1.18-1.22, 5 tokens 1.45-1.47, 7 tokens
+// 1.75-1.78 (the F16 kernel is compute-bound from ~4 columns on); one-token
+// draft forward / target's (c): early-exit-q8_0 1/12 0.072-0.092 (the Q8_0
+// and Q4_0 integer kernels are compute-bound, so Q8_0's extra bytes cost
+// little), full-depth q4_0 0.34-0.43. specdec-bench with no arguments
+// (default draft, 64 tokens, 2 repetitions, three runs): best speedup
+// 1.80-1.83x (T=1, k=3, alpha 0.88), 1.61-1.68x at T=0 (k=2 or 3, alpha
+// 0.71-0.75).
 #include <algorithm>
 #include <bit>
 #include <cmath>
