@@ -3,6 +3,7 @@
 // missing value, a non-numeric number or a value out of range is a UsageError,
 // which main() reports on one line with exit code 2 (a mistake in the command,
 // not a failure of the library).
+#include <array>
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -47,7 +48,7 @@ struct BenchOptions {
     std::optional<std::string> svg_path;
     std::string synthetic_size = "100m";
     // How the synthetic draft derives from the target; none = the backend's
-    // default (CPU: q4_0, the family's recommended draft; CUDA: early-exit).
+    // default (CPU: early-exit-q8_0, the family's recommended draft; CUDA: early-exit).
     std::optional<std::string> synthetic_draft;
     bool quiet = false;  // no progress indicator
     bool help = false;
@@ -55,6 +56,16 @@ struct BenchOptions {
     [[nodiscard]] bool uses_synthetic_target() const { return !target_path.has_value(); }
     [[nodiscard]] bool uses_prompt_lookup() const { return draft_path && *draft_path == kPromptLookupDraft; }
 };
+
+// The names --synthetic-draft accepts (synthetic_draft_kind_name of each kind).
+inline constexpr std::array<std::string_view, 6> kSyntheticDraftKinds{
+    "early-exit-q8_0", "early-exit-q4_0", "early-exit", "q4_0", "q8_0", "unrelated"};
+
+[[nodiscard]] inline std::string unknown_synthetic_draft_message(std::string_view kind) {
+    std::string message = "--synthetic-draft: '" + std::string(kind) + "' is not a draft kind, expected one of";
+    for (const std::string_view name : kSyntheticDraftKinds) message += " " + std::string(name);
+    return message;
+}
 
 [[nodiscard]] inline std::string usage_text() {
     return R"(usage: specdec-bench [options]
@@ -71,8 +82,8 @@ models
                             draft model, or the model-free prompt-lookup drafter
   --synthetic-size tiny|100m|1b|3b
                             size of the embedded synthetic pair (default 100m; 1b and 3b: CUDA only)
-  --synthetic-draft q4_0|q8_0|early-exit|early-exit-q4_0|unrelated
-                            how the synthetic draft derives from the target (CPU default q4_0,
+  --synthetic-draft early-exit-q8_0|early-exit-q4_0|early-exit|q4_0|q8_0|unrelated
+                            how the synthetic draft derives from the target (CPU default early-exit-q8_0,
                             CUDA: early-exit only; unrelated = an independent model, the control)
   --backend cpu|cuda        where the models run (default cpu)
   --threads N               CPU threads (default: all hardware threads)
@@ -221,9 +232,8 @@ inline void require_file(std::string_view flag, const std::string& path) {
             synthetic_option_given = true;
         } else if (flag == "--synthetic-draft") {
             const std::string_view kind = value();
-            if (kind != "q4_0" && kind != "q8_0" && kind != "early-exit" && kind != "early-exit-q4_0" && kind != "unrelated")
-                throw UsageError("--synthetic-draft: '" + std::string(kind) +
-                                 "' is not a draft kind, expected q4_0, q8_0, early-exit, early-exit-q4_0 or unrelated");
+            if (std::find(kSyntheticDraftKinds.begin(), kSyntheticDraftKinds.end(), kind) == kSyntheticDraftKinds.end())
+                throw UsageError(unknown_synthetic_draft_message(kind));
             options.synthetic_draft = std::string(kind);
             synthetic_option_given = true;
         } else {

@@ -19,6 +19,7 @@ struct MachineInfo {
     std::string device;   // the accelerator, empty on the CPU backend
     double load_average = -1.0;  // 1-minute load average when the run started; < 0 unknown
     std::size_t hardware_threads = 0;
+    double read_bandwidth = 0.0;  // host memory bytes/s with `threads` threads (CPU backend); 0 = not measured
 };
 
 struct ModelInfo {
@@ -27,6 +28,7 @@ struct ModelInfo {
     std::uint64_t parameters = 0;
     std::uint64_t bytes = 0;
     bool synthetic = false;
+    std::uint64_t bytes_read_per_token = 0;  // weights a one-token forward streams (embedding rows excluded); 0 = unknown
 };
 
 // Timings of single forward passes, measured once per run with the prompt in
@@ -140,6 +142,23 @@ struct BenchReport {
     CostMeasurement costs;
     std::vector<ConfigurationResult> configurations;
     double wall_seconds = 0.0;
+
+    // Autoregressive tokens/s over every configuration, and the memory
+    // roofline bandwidth / bytes-per-token it is measured against.
+    [[nodiscard]] double autoregressive_tokens_per_second() const {
+        std::size_t tokens = 0;
+        double seconds = 0.0;
+        for (const auto& c : configurations) {
+            tokens += c.autoregressive_tokens;
+            seconds += c.autoregressive_seconds;
+        }
+        return seconds > 0.0 ? static_cast<double>(tokens) / seconds : 0.0;
+    }
+    [[nodiscard]] double roofline_tokens_per_second() const {
+        return machine.read_bandwidth > 0.0 && target.bytes_read_per_token > 0
+                   ? machine.read_bandwidth / static_cast<double>(target.bytes_read_per_token)
+                   : 0.0;
+    }
 
     [[nodiscard]] bool all_greedy_runs_match() const {
         for (const auto& configuration : configurations)

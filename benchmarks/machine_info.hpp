@@ -1,9 +1,12 @@
 #pragma once
 // Which machine produced a report: timings mean nothing without it.
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace specdec::bench {
 
@@ -39,6 +42,40 @@ namespace specdec::bench {
 [[nodiscard]] inline std::size_t hardware_threads() {
     const unsigned count = std::thread::hardware_concurrency();
     return count == 0 ? 1 : count;
+}
+
+// Bytes per second that `threads` threads can stream from memory (a summing
+// read of a 512 MiB buffer, far larger than any cache; best of three). It is
+// the roofline of decoding: a one-token forward must stream every weight, so
+// no implementation beats bandwidth / (bytes read per token) tokens/s.
+[[nodiscard]] inline double measure_read_bandwidth(std::size_t threads) {
+    constexpr std::size_t kFloats = std::size_t{128} << 20;  // 512 MiB
+    std::vector<float> buffer(kFloats, 1.0f);
+    threads = std::max<std::size_t>(1, threads);
+    std::vector<double> partial(threads);
+    double best_seconds = 0.0;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+        const auto start = std::chrono::steady_clock::now();
+        std::vector<std::thread> workers;
+        for (std::size_t t = 0; t < threads; ++t) {
+            workers.emplace_back([&, t] {
+                const std::size_t begin = kFloats / threads * t, end = t + 1 == threads ? kFloats : kFloats / threads * (t + 1);
+                float sums[8] = {};  // independent accumulators: the loop vectorises and stays memory-bound
+                for (std::size_t i = begin; i + 8 <= end; i += 8)
+                    for (int lane = 0; lane < 8; ++lane) sums[lane] += buffer[i + lane];
+                double total = 0.0;
+                for (const float v : sums) total += v;
+                partial[t] = total;
+            });
+        }
+        for (auto& worker : workers) worker.join();
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (attempt == 0 || seconds < best_seconds) best_seconds = seconds;
+    }
+    double checksum = 0.0;
+    for (const double v : partial) checksum += v;
+    // The checksum keeps the reads alive; it is kFloats when all went well.
+    return checksum > 0.0 ? static_cast<double>(kFloats * sizeof(float)) / best_seconds : 0.0;
 }
 
 }  // namespace specdec::bench

@@ -71,7 +71,7 @@ struct ModelSetup {
     const LlamaWeights& weights = model.weights();
     const WeightType storage = weights.layers.empty() ? weights.output.type : weights.layers.front().query.type;
     return ModelInfo{model.name(), std::string("llama ") + weight_type_name(storage), model.parameter_count(),
-                     model.weight_bytes(), synthetic};
+                     model.weight_bytes(), synthetic, weights.bytes_read_per_forward()};
 }
 
 [[nodiscard]] inline ModelInfo describe_prompt_lookup() {
@@ -81,11 +81,10 @@ struct ModelSetup {
 [[nodiscard]] inline SyntheticDraftKind parse_synthetic_draft_kind(std::string_view name) {
     for (const SyntheticDraftKind kind : {SyntheticDraftKind::quantized_q4, SyntheticDraftKind::quantized_q8,
                                           SyntheticDraftKind::early_exit, SyntheticDraftKind::early_exit_q4,
-                                          SyntheticDraftKind::unrelated}) {
+                                          SyntheticDraftKind::early_exit_q8, SyntheticDraftKind::unrelated}) {
         if (name == synthetic_draft_kind_name(kind)) return kind;
     }
-    throw UsageError("--synthetic-draft: '" + std::string(name) +
-                     "' is not a draft kind, expected q4_0, q8_0, early-exit, early-exit-q4_0 or unrelated");
+    throw UsageError(unknown_synthetic_draft_message(name));
 }
 
 namespace detail {

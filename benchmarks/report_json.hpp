@@ -17,6 +17,8 @@ inline constexpr int kReportFormatVersion = 1;
     return {{"name", model.name},
             {"parameters", model.parameters},
             {"bytes", model.bytes},
+            {"bytes_read_per_token", model.bytes_read_per_token > 0 ? nlohmann::ordered_json(model.bytes_read_per_token)
+                                                                    : nlohmann::ordered_json(nullptr)},
             {"type", model.type},
             {"synthetic", model.synthetic}};
 }
@@ -98,7 +100,17 @@ inline constexpr int kReportFormatVersion = 1;
               {"device", report.machine.device.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(report.machine.device)},
               {"hardware_threads", report.machine.hardware_threads},
               {"load_average", report.machine.load_average >= 0.0 ? nlohmann::ordered_json(report.machine.load_average)
-                                                                  : nlohmann::ordered_json(nullptr)}}},
+                                                                  : nlohmann::ordered_json(nullptr)},
+              {"read_bandwidth_bytes_per_second", report.machine.read_bandwidth > 0.0
+                                                      ? nlohmann::ordered_json(report.machine.read_bandwidth)
+                                                      : nlohmann::ordered_json(nullptr)}}},
+            {"roofline",
+             report.roofline_tokens_per_second() > 0.0
+                 ? nlohmann::ordered_json{{"tokens_per_second", report.roofline_tokens_per_second()},
+                                          {"autoregressive_tokens_per_second", report.autoregressive_tokens_per_second()},
+                                          {"autoregressive_fraction",
+                                           report.autoregressive_tokens_per_second() / report.roofline_tokens_per_second()}}
+                 : nlohmann::ordered_json(nullptr)},
             {"models", {{"target", model_to_json(report.target)}, {"draft", model_to_json(report.draft)}}},
             {"settings",
              {{"prompt_tokens", report.prompt_tokens},

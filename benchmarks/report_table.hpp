@@ -63,6 +63,20 @@ inline void print_header(std::ostream& out, const BenchReport& report) {
         << "\n";
 }
 
+// Where plain decoding stands against the memory roofline (printed after the
+// runs: it needs their autoregressive tokens/s).
+inline void print_roofline(std::ostream& out, const BenchReport& report) {
+    const double roofline = report.roofline_tokens_per_second();
+    if (roofline <= 0.0) return;
+    const double achieved = report.autoregressive_tokens_per_second();
+    out << detail::format("memory:  %.1f GB/s read with %zu threads; the target streams %.1f MB of weights per token: "
+                          "roofline %.1f tok/s, autoregressive decoding reached %.1f tok/s (%.0f%% of it)",
+                          report.machine.read_bandwidth / 1e9, report.machine.threads,
+                          static_cast<double>(report.target.bytes_read_per_token) / 1e6, roofline, achieved,
+                          100.0 * achieved / roofline)
+        << "\n";
+}
+
 inline void print_table(std::ostream& out, const BenchReport& report) {
     out << "\n";
     out << "   T   k   AR tok/s  spec tok/s  speedup  (per rep.)   alpha  acc.rate  tok/pass     c     v_k  predicted  effic.  "

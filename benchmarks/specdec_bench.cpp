@@ -70,6 +70,7 @@ int benchmark_and_report(Draft& draft, Target& target, BenchInputs inputs, const
 
     print_header(std::cout, report);
     print_table(std::cout, report);
+    print_roofline(std::cout, report);
     std::cout << "wall time " << report.wall_seconds << " s\n";
     if (options.json_path) {
         write_file(*options.json_path, report_to_json(report).dump(2) + "\n");
@@ -96,6 +97,7 @@ int run(const BenchOptions& options) {
     BenchInputs inputs;
     inputs.machine = MachineInfo{cpu_model_name(), setup.threads, std::string(to_string(options.backend)), setup.device,
                                  load_average(), hardware_threads()};
+    if (options.backend == Backend::cpu) inputs.machine.read_bandwidth = measure_read_bandwidth(setup.threads);
     inputs.target = setup.target_info;
     inputs.draft = setup.draft_info;
     inputs.prompt = setup.prompt;
