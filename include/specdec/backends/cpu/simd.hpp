@@ -39,8 +39,9 @@ inline bool detail::query_avx2() noexcept {
     const bool fma = (ecx >> 12) & 1u, osxsave = (ecx >> 27) & 1u, avx = (ecx >> 28) & 1u, f16c = (ecx >> 29) & 1u;
     if (!(fma && osxsave && avx && f16c)) return false;
     // The OS must save the YMM registers on context switches (XCR0 bits 1 and 2).
-    unsigned xcr0_low = 0, xcr0_high = 0;
+    unsigned xcr0_low = 0, xcr0_high = 0;  // xgetbv writes both halves; only the low one matters
     __asm__ volatile("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+    (void)xcr0_high;
     if ((xcr0_low & 0x6u) != 0x6u) return false;
     if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
     return (ebx >> 5) & 1u;  // AVX2
