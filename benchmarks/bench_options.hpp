@@ -36,7 +36,7 @@ struct BenchOptions {
     std::optional<std::string> draft_path;   // a GGUF file, or "prompt-lookup"
     Backend backend = Backend::cpu;
     // Defaults sized so that the no-argument run finishes in well under three
-    // minutes on a 2-core machine (see benchmarks/README-results.md).
+    // minutes on a 2-core machine (see the Results section of README.md).
     std::vector<std::size_t> draft_tokens{1, 2, 3, 4, 6};
     std::vector<double> temperatures{0.0, 1.0};
     std::size_t new_tokens = 64;
