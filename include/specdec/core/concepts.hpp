@@ -1,6 +1,6 @@
 #pragma once
 // The contract between the decoders and a model. Any type that satisfies
-// CausalLM can be a target or a draft: the reference Eigen and CUDA models,
+// CausalLM can be a target or a draft: the reference CPU and CUDA models,
 // a llama.cpp wrapper, a test double.
 #include <concepts>
 #include <cstddef>
