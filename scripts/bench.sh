@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+source scripts/cuda-arch.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}" >/dev/null
 cmake --build build --target specdec-bench -j"${SPECDEC_JOBS:-2}"
 exec ./build/benchmarks/specdec-bench "$@"

@@ -7,14 +7,7 @@ cd "$(dirname "$0")/.."
 jobs="${SPECDEC_JOBS:-2}"
 ./scripts/install-deps.sh
 
-cuda_args=()
-if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
-  # With a GPU, build for it; without one the CUDA code is only compiled
-  # (for sm_90) so that the compile check stays quick. Override with
-  # SPECDEC_CUDA_ARCHITECTURES.
-  if nvidia-smi -L >/dev/null 2>&1; then arch=native; else arch=90; fi
-  cuda_args=(-DCMAKE_CUDA_ARCHITECTURES="${SPECDEC_CUDA_ARCHITECTURES:-$arch}")
-fi
+source scripts/cuda-arch.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}"
 cmake --build build -j"$jobs"
 ctest --test-dir build --no-tests=error --output-on-failure -j"$jobs"
