@@ -23,6 +23,7 @@ public:
     explicit KvSync(Model& model) : model_(&model) {}
 
     Model& model() { return *model_; }
+    const Model& model() const { return *model_; }
     [[nodiscard]] const std::vector<Token>& cached() const { return cached_; }
 
     void reset() {

@@ -20,7 +20,7 @@ class ModelDrafter {
 public:
     explicit ModelDrafter(Model& model) : cache_(model) {}
 
-    [[nodiscard]] std::size_t vocab_size() const { return cache_model().vocab_size(); }
+    [[nodiscard]] std::size_t vocab_size() const { return cache_.model().vocab_size(); }
     Model& model() { return cache_.model(); }
 
     void reset() { cache_.reset(); }
@@ -30,7 +30,7 @@ public:
         const std::size_t vocab = vocab_size();
         proposal.vocab = vocab;
         // The cache ends up holding history + (k - 1) drafts: cap k by the draft's context.
-        const std::size_t context = cache_model().context_length();
+        const std::size_t context = cache_.model().context_length();
         const std::size_t room = context + 1 > request.history.size() ? context + 1 - request.history.size() : 0;
         const std::size_t k = std::min(request.max_tokens, room);
         if (k == 0) return proposal;
@@ -64,8 +64,6 @@ public:
     }
 
 private:
-    const Model& cache_model() const { return const_cast<detail::KvSync<Model>&>(cache_).model(); }
-
     void check_vocab(const LogitsView& logits) const {
         if (logits.vocab != vocab_size()) {
             std::ostringstream message;
