@@ -14,13 +14,12 @@
 #include <vector>
 
 #include "specdec/specdec.hpp"
-#include "specdec/models/gguf.hpp"
-#include "specdec/models/llama_gguf.hpp"
+#include "specdec/formats/gguf.hpp"
 #include "specdec/models/llama_model.hpp"
 #include "specdec/models/synthetic.hpp"
-#include "specdec/models/tokenizer.hpp"
+#include "specdec/formats/tokenizer.hpp"
 #ifdef SPECDEC_BENCH_WITH_CUDA
-#include "specdec/backends/cuda/cuda.cuh"
+#include "specdec/cuda.cuh"
 #endif
 
 #include "bench_options.hpp"

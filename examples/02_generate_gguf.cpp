@@ -12,8 +12,8 @@
 #include <vector>
 
 #include <specdec/specdec.hpp>
-#include <specdec/models/llama_gguf.hpp>
-#include <specdec/models/tokenizer.hpp>
+#include <specdec/models/llama_model.hpp>
+#include <specdec/formats/tokenizer.hpp>
 
 namespace fs = std::filesystem;
 

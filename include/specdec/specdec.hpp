@@ -1,13 +1,30 @@
 #pragma once
 // specdec: exact speculative decoding for any causal language model.
 //
-// This umbrella header is the model-agnostic part (no Eigen, no CUDA): the
-// CausalLM concept, sampling, acceptance rules, drafters and the decoders.
-// The reference models live in specdec/models/ (target specdec::cpu) and
-// specdec/backends/cuda/ (target specdec::cuda).
-#include "specdec/core/concepts.hpp"
+// This umbrella header is the model-agnostic part (target specdec::specdec, no
+// Eigen, no CUDA): what a user who brings their own model includes.
+//
+// Folders are layers; includes only point downwards (no cycles):
+//
+//   core/           the model contract (CausalLM and its optional extensions),
+//                   tokens and logits views, drafts and verdicts, sampling
+//                   options, the counter-based RNG, specdec::Error
+//   sampling/       logits -> distributions (temperature, top-k/p, min-p) and
+//                   the acceptance rules that keep the target's distribution exact
+//   decoding/       the decoders (session, one step at a time, generate() on top),
+//                   drafters, KV-cache bookkeeping                    <- this header
+//   formats/        bytes in, plain data out: GGUF reader/writer, tokenizers
+//   tensors/        weight storage types shared by both backends (F16/BF16, quant blocks)
+//   backends/cpu/   CPU kernels (SIMD matmul, vector ops, thread pool); know no model
+//   backends/cuda/  CUDA kernels and cuBLAS wrappers; know no model
+//   models/         reference Llama-family models, CPU (.hpp) and CUDA (.cuh) side by
+//                   side, and the seeded synthetic family          <- specdec/cpu.hpp,
+//                                                                      specdec/cuda.cuh
+#include "specdec/core/draft_proposal.hpp"
 #include "specdec/core/error.hpp"
+#include "specdec/core/model_contract.hpp"
 #include "specdec/core/rng.hpp"
+#include "specdec/core/sampling_options.hpp"
 #include "specdec/core/types.hpp"
 #include "specdec/decoding/autoregressive_decoder.hpp"
 #include "specdec/decoding/decoding_options.hpp"
@@ -17,6 +34,4 @@
 #include "specdec/decoding/speculative_decoder.hpp"
 #include "specdec/decoding/verification.hpp"
 #include "specdec/sampling/acceptance.hpp"
-#include "specdec/sampling/draft_proposal.hpp"
 #include "specdec/sampling/logits_processing.hpp"
-#include "specdec/sampling/sampling_options.hpp"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_support.hpp"
-#include "specdec/backends/cuda/cuda.cuh"
+#include "specdec/cuda.cuh"
 #include "specdec/sampling/logits_processing.hpp"
 #include "support/statistics.hpp"
 

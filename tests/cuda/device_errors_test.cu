@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_support.hpp"
-#include "specdec/backends/cuda/cuda.cuh"
+#include "specdec/cuda.cuh"
 #include "specdec/models/synthetic.hpp"
 
 using specdec::Token;

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda/cuda_test_support.hpp"
-#include "specdec/backends/cuda/cuda.cuh"
+#include "specdec/cuda.cuh"
 #include "specdec/models/llama_model.hpp"
 #include "specdec/models/synthetic.hpp"
 #include "support/fixtures.hpp"

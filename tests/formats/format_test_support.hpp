@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "specdec/core/error.hpp"
-#include "specdec/models/gguf.hpp"
-#include "specdec/models/gguf_writer.hpp"
+#include "specdec/formats/gguf.hpp"
+#include "specdec/formats/gguf_writer.hpp"
 #include "support/catch.hpp"
 
 namespace specdec::test {

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "format_test_support.hpp"
-#include "specdec/models/gguf.hpp"
+#include "specdec/formats/gguf.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "format_test_support.hpp"
-#include "specdec/models/gguf.hpp"
-#include "specdec/models/gguf_writer.hpp"
+#include "specdec/formats/gguf.hpp"
+#include "specdec/formats/gguf_writer.hpp"
 #include "support/catch.hpp"
 
 using specdec::Error;

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "format_test_support.hpp"
-#include "specdec/models/gguf.hpp"
-#include "specdec/models/tokenizer.hpp"
+#include "specdec/formats/gguf.hpp"
+#include "specdec/formats/tokenizer.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"
 

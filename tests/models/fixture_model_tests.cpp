@@ -9,7 +9,7 @@
 #include "models/model_test_support.hpp"
 #include "specdec/models/llama_model.hpp"
 #include "specdec/models/pair_statistics.hpp"
-#include "specdec/models/tokenizer.hpp"
+#include "specdec/formats/tokenizer.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"
 

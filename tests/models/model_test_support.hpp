@@ -13,7 +13,7 @@
 
 #include <unistd.h>
 
-#include "specdec/models/gguf_writer.hpp"
+#include "specdec/formats/gguf_writer.hpp"
 #include "specdec/models/llama_model.hpp"
 
 namespace specdec::test {

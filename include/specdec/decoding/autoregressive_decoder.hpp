@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "specdec/core/concepts.hpp"
+#include "specdec/core/model_contract.hpp"
 #include "specdec/decoding/decoding_options.hpp"
 #include "specdec/decoding/kv_sync.hpp"
 #include "specdec/decoding/verification.hpp"

@@ -9,8 +9,8 @@
 
 #include "specdec/core/rng.hpp"
 #include "specdec/core/types.hpp"
-#include "specdec/sampling/draft_proposal.hpp"
-#include "specdec/sampling/sampling_options.hpp"
+#include "specdec/core/draft_proposal.hpp"
+#include "specdec/core/sampling_options.hpp"
 
 namespace specdec {
 

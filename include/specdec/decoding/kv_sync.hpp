@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "specdec/core/concepts.hpp"
+#include "specdec/core/model_contract.hpp"
 #include "specdec/core/error.hpp"
 
 namespace specdec::detail {

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <vector>
 
-#include "specdec/core/concepts.hpp"
+#include "specdec/core/model_contract.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/decoding/drafter.hpp"
 #include "specdec/decoding/kv_sync.hpp"

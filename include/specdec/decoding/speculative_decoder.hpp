@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "specdec/core/concepts.hpp"
+#include "specdec/core/model_contract.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/decoding/decoding_options.hpp"
 #include "specdec/decoding/drafter.hpp"
@@ -127,9 +127,9 @@ public:
             feed.assign(uncached.begin(), uncached.end());
             feed.insert(feed.end(), draft.tokens.begin(), draft.tokens.end());
             AcceptanceResult verdict;
-            if constexpr (DeviceVerifyingLM<Target> && std::is_same_v<Rule, TokenwiseRejection>) {
+            if constexpr (DeviceVerifyingLM<Target, Rule>) {
                 auto verify_start = detail::Clock::now();
-                verdict = target_.forward_and_verify(feed, draft, options_.sampling, rng, committed);
+                verdict = target_.forward_and_verify(feed, draft, options_.sampling, rng, committed, rule_);
                 stats.target_seconds += detail::seconds_since(verify_start);
             } else {
                 auto forward_start = detail::Clock::now();

@@ -1,9 +1,8 @@
 #pragma once
 // The verification step on the host: process the target's k + 1 logits rows
 // exactly like the drafter processed its own, then apply the acceptance rule.
-// A target type may instead verify on its own device by providing
-// forward_and_verify() (see DeviceVerifyingLM); the decoder then never copies
-// logits back.
+// A target may instead verify on its own device (DeviceVerifyingLM in
+// core/model_contract.hpp); the decoder then never copies logits back.
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -13,22 +12,11 @@
 #include "specdec/core/rng.hpp"
 #include "specdec/core/types.hpp"
 #include "specdec/sampling/acceptance.hpp"
-#include "specdec/sampling/draft_proposal.hpp"
+#include "specdec/core/draft_proposal.hpp"
 #include "specdec/sampling/logits_processing.hpp"
-#include "specdec/sampling/sampling_options.hpp"
+#include "specdec/core/sampling_options.hpp"
 
 namespace specdec {
-
-// A target that runs the verification pass *and* the acceptance rule itself
-// (e.g. on a GPU). forward_and_verify(tokens, draft, sampling, rng, first_position)
-// appends `tokens` to the cache like forward() (the last draft.size() of them are
-// the drafts, at positions first_position..), and returns the same result that
-// accept_rejection_sampling / accept_greedy would give on its last k + 1 rows.
-template <class Model>
-concept DeviceVerifyingLM = requires(Model& model, std::span<const Token> tokens, const DraftProposal& draft,
-                                     const SamplingOptions& sampling, const CounterRng& rng, std::uint64_t position) {
-    { model.forward_and_verify(tokens, draft, sampling, rng, position) } -> std::same_as<AcceptanceResult>;
-};
 
 // The default acceptance rule of SpeculativeDecoder. A rule is any callable
 // (draft, target distributions p, rng, first_position) -> AcceptanceResult; the

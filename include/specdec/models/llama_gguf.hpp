@@ -1,16 +1,16 @@
 #pragma once
-// Loading a Llama model from a GGUF file (architecture "llama", the layout
-// written by llama.cpp's converters). Matrices in F32/F16/BF16/Q8_0/Q4_0 are
-// used in place from the memory mapping, which the weights keep alive.
+// Reading Llama weights out of a GGUF file (architecture "llama", the layout
+// written by llama.cpp's converters); the CPU and CUDA models load through it.
+// Matrices in F32/F16/BF16/Q8_0/Q4_0 are used in place from the memory
+// mapping, which the weights keep alive.
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
 
 #include "specdec/core/error.hpp"
-#include "specdec/models/gguf.hpp"
+#include "specdec/formats/gguf.hpp"
 #include "specdec/models/llama_config.hpp"
-#include "specdec/models/llama_model.hpp"
 #include "specdec/models/llama_weights.hpp"
 
 namespace specdec {
@@ -141,14 +141,6 @@ inline LlamaWeights llama_weights_from_gguf(std::shared_ptr<const gguf::File> fi
     w.output = f.find_tensor("output.weight") ? matrix("output.weight", c.vocab_size, dim) : w.token_embedding;
     w.storage.push_back(std::move(file));
     return w;
-}
-
-inline LlamaModel LlamaModel::from_gguf(const std::filesystem::path& path, LlamaOptions options) {
-    auto file = std::make_shared<const gguf::File>(gguf::File::open(path));
-    if (options.name.empty()) {
-        options.name = file->find_string("general.name").value_or(path.stem().string());
-    }
-    return LlamaModel(llama_weights_from_gguf(std::move(file)), std::move(options));
 }
 
 }  // namespace specdec

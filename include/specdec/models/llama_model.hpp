@@ -20,10 +20,11 @@
 #include "specdec/backends/cpu/matmul.hpp"
 #include "specdec/backends/cpu/thread_pool.hpp"
 #include "specdec/backends/cpu/vector_ops.hpp"
-#include "specdec/core/concepts.hpp"
+#include "specdec/core/model_contract.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/types.hpp"
 #include "specdec/models/kv_cache.hpp"
+#include "specdec/models/llama_gguf.hpp"
 #include "specdec/models/llama_weights.hpp"
 
 namespace specdec {
@@ -56,8 +57,13 @@ public:
         }
     }
 
-    // Loads a GGUF file of architecture "llama" (defined in llama_gguf.hpp).
-    static LlamaModel from_gguf(const std::filesystem::path& path, LlamaOptions options = {});
+    // Loads a GGUF file of architecture "llama"; its matrices are used in place
+    // from the memory mapping.
+    static LlamaModel from_gguf(const std::filesystem::path& path, LlamaOptions options = {}) {
+        auto file = std::make_shared<const gguf::File>(gguf::File::open(path));
+        if (options.name.empty()) options.name = file->find_string("general.name").value_or(path.stem().string());
+        return LlamaModel(llama_weights_from_gguf(std::move(file)), std::move(options));
+    }
 
     [[nodiscard]] std::size_t vocab_size() const noexcept { return weights_.config.vocab_size; }
     [[nodiscard]] std::size_t context_length() const noexcept { return cache_.capacity(); }
@@ -213,6 +219,3 @@ private:
 static_assert(CausalLM<LlamaModel>);
 
 }  // namespace specdec
-
-// LlamaModel::from_gguf is defined with the GGUF loader.
-#include "specdec/models/llama_gguf.hpp"

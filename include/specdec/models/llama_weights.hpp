@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "specdec/backends/cpu/weight_matrix.hpp"
+#include "specdec/tensors/weight_matrix.hpp"
 #include "specdec/models/llama_config.hpp"
 
 namespace specdec {

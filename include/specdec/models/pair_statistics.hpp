@@ -14,7 +14,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "specdec/core/concepts.hpp"
+#include "specdec/core/model_contract.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/rng.hpp"
 #include "specdec/core/types.hpp"

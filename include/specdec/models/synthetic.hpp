@@ -65,7 +65,7 @@
 #include <vector>
 
 #include "specdec/backends/cpu/thread_pool.hpp"
-#include "specdec/backends/cpu/weight_matrix.hpp"
+#include "specdec/tensors/weight_matrix.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/models/llama_model.hpp"
 #include "specdec/models/llama_weights.hpp"

@@ -10,15 +10,10 @@
 #include "specdec/core/error.hpp"
 #include "specdec/core/rng.hpp"
 #include "specdec/core/types.hpp"
-#include "specdec/sampling/draft_proposal.hpp"
+#include "specdec/core/draft_proposal.hpp"
 #include "specdec/sampling/logits_processing.hpp"
 
 namespace specdec {
-
-struct AcceptanceResult {
-    std::size_t accepted = 0;  // drafts kept: tokens[0 .. accepted)
-    Token next_token = 0;      // the corrected token (at the first rejection) or the bonus token
-};
 
 // k + 1 target distributions of `vocab` floats: rows 0..k-1 score the k drafts,
 // row k is the distribution after all of them (for the bonus token).

@@ -15,7 +15,7 @@
 #include "specdec/core/error.hpp"
 #include "specdec/core/types.hpp"
 #include "specdec/sampling/fast_exp.hpp"
-#include "specdec/sampling/sampling_options.hpp"
+#include "specdec/core/sampling_options.hpp"
 
 namespace specdec {
 

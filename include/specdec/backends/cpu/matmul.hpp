@@ -16,7 +16,7 @@
 #include "specdec/backends/cpu/quant_matmul.hpp"
 #include "specdec/backends/cpu/simd.hpp"
 #include "specdec/backends/cpu/thread_pool.hpp"
-#include "specdec/backends/cpu/weight_matrix.hpp"
+#include "specdec/tensors/weight_matrix.hpp"
 
 namespace specdec::cpu {
 

@@ -13,9 +13,9 @@
 #include <cstring>
 #include <vector>
 
-#include "specdec/backends/cpu/quant_blocks.hpp"
+#include "specdec/tensors/quant_blocks.hpp"
 #include "specdec/backends/cpu/simd.hpp"
-#include "specdec/backends/cpu/weight_matrix.hpp"
+#include "specdec/tensors/weight_matrix.hpp"
 
 namespace specdec::cpu {
 

@@ -16,7 +16,7 @@
 #include "specdec/backends/cuda/block_reduce.cuh"
 #include "specdec/backends/cuda/buffers.cuh"
 #include "specdec/backends/cuda/check.cuh"
-#include "specdec/sampling/sampling_options.hpp"
+#include "specdec/core/sampling_options.hpp"
 
 namespace specdec::cuda::detail {
 

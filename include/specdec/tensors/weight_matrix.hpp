@@ -7,8 +7,8 @@
 #include <cstring>
 #include <string>
 
-#include "specdec/backends/cpu/half.hpp"
-#include "specdec/backends/cpu/quant_blocks.hpp"
+#include "specdec/tensors/half.hpp"
+#include "specdec/tensors/quant_blocks.hpp"
 #include "specdec/core/error.hpp"
 
 namespace specdec {

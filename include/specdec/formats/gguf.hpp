@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "specdec/core/error.hpp"
-#include "specdec/models/gguf_mapping.hpp"
-#include "specdec/models/gguf_types.hpp"
+#include "specdec/formats/gguf_mapping.hpp"
+#include "specdec/formats/gguf_types.hpp"
 
 namespace specdec::gguf {
 

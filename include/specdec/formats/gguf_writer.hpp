@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "specdec/core/error.hpp"
-#include "specdec/models/gguf_types.hpp"
+#include "specdec/formats/gguf_types.hpp"
 
 namespace specdec::gguf {
 

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "specdec/backends/cpu/half.hpp"
+#include "specdec/tensors/half.hpp"
 
 namespace specdec::cpu {
 

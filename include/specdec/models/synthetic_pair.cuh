@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "specdec/backends/cuda/llama_model.cuh"
+#include "specdec/models/llama_model.cuh"
 #include "specdec/models/synthetic.hpp"
 
 namespace specdec::cuda {

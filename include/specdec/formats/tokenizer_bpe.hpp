@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "specdec/core/error.hpp"
-#include "specdec/models/tokenizer_merge.hpp"
-#include "specdec/models/tokenizer_utf8.hpp"
-#include "specdec/models/tokenizer_vocab.hpp"
+#include "specdec/formats/tokenizer_merge.hpp"
+#include "specdec/formats/tokenizer_utf8.hpp"
+#include "specdec/formats/tokenizer_vocab.hpp"
 
 namespace specdec::detail {
 

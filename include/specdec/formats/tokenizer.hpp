@@ -34,11 +34,11 @@
 
 #include "specdec/core/error.hpp"
 #include "specdec/core/types.hpp"
-#include "specdec/models/gguf.hpp"
-#include "specdec/models/tokenizer_bpe.hpp"
-#include "specdec/models/tokenizer_spm.hpp"
-#include "specdec/models/tokenizer_utf8.hpp"
-#include "specdec/models/tokenizer_vocab.hpp"
+#include "specdec/formats/gguf.hpp"
+#include "specdec/formats/tokenizer_bpe.hpp"
+#include "specdec/formats/tokenizer_spm.hpp"
+#include "specdec/formats/tokenizer_utf8.hpp"
+#include "specdec/formats/tokenizer_vocab.hpp"
 
 namespace specdec {
 

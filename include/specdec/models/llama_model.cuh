@@ -11,7 +11,7 @@
 //   logits = rms_norm(x) Wout^T
 //
 // Satisfies specdec::CausalLM (forward copies logits to pinned host memory)
-// and specdec::DeviceVerifyingLM (forward_and_verify keeps the logits on the
+// and specdec::DeviceVerifyingLM for the token-wise rule (forward_and_verify keeps the logits on the
 // device, runs the sampling transforms and the acceptance rule there, and
 // copies back only the accepted count and the next token).
 //
@@ -38,11 +38,11 @@
 #include "specdec/backends/cuda/acceptance.cuh"
 #include "specdec/backends/cuda/buffers.cuh"
 #include "specdec/backends/cuda/check.cuh"
-#include "specdec/backends/cuda/device_weights.cuh"
+#include "specdec/models/llama_weights.cuh"
 #include "specdec/backends/cuda/gemm.cuh"
 #include "specdec/backends/cuda/precision.cuh"
 #include "specdec/backends/cuda/transformer_kernels.cuh"
-#include "specdec/core/concepts.hpp"
+#include "specdec/core/model_contract.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/rng.hpp"
 #include "specdec/core/types.hpp"
@@ -50,8 +50,8 @@
 #include "specdec/models/llama_gguf.hpp"
 #include "specdec/models/llama_weights.hpp"
 #include "specdec/sampling/acceptance.hpp"
-#include "specdec/sampling/draft_proposal.hpp"
-#include "specdec/sampling/sampling_options.hpp"
+#include "specdec/core/draft_proposal.hpp"
+#include "specdec/core/sampling_options.hpp"
 
 namespace specdec::cuda {
 
@@ -206,7 +206,7 @@ public:
     // would return on the host.
     AcceptanceResult forward_and_verify(std::span<const Token> tokens, const DraftProposal& draft,
                                         const SamplingOptions& sampling, const CounterRng& rng,
-                                        std::uint64_t first_position) {
+                                        std::uint64_t first_position, TokenwiseRejection /*rule*/ = {}) {
         const std::size_t rows = draft.size() + 1;
         if (tokens.size() < rows) {
             throw Error("specdec::cuda: forward_and_verify needs the pending token and the " +
@@ -404,6 +404,6 @@ private:
 };
 
 static_assert(CausalLM<CudaLlamaModel>);
-static_assert(DeviceVerifyingLM<CudaLlamaModel>);
+static_assert(DeviceVerifyingLM<CudaLlamaModel, TokenwiseRejection>);
 
 }  // namespace specdec::cuda

@@ -21,8 +21,8 @@
 #include <cstring>
 #include <vector>
 
-#include "specdec/backends/cpu/half.hpp"
-#include "specdec/backends/cpu/weight_matrix.hpp"
+#include "specdec/tensors/half.hpp"
+#include "specdec/tensors/weight_matrix.hpp"
 #include "specdec/backends/cuda/buffers.cuh"
 #include "specdec/backends/cuda/check.cuh"
 #include "specdec/backends/cuda/precision.cuh"

@@ -1,7 +1,8 @@
 #pragma once
-// What a drafter hands to the verifier: the proposed tokens and the
-// distributions q they were drawn from. Notation, once for the whole library:
-// p is the target's distribution, q is the draft's.
+// What a drafter hands to the verifier (the proposed tokens and the
+// distributions q they were drawn from) and what verification hands back.
+// Notation, once for the whole library: p is the target's distribution, q is
+// the draft's.
 #include <cstddef>
 #include <span>
 #include <vector>
@@ -30,6 +31,12 @@ struct DraftProposal {
         if (point_mass()) return x == tokens[i] ? 1.0f : 0.0f;
         return probabilities[i * vocab + static_cast<std::size_t>(x)];
     }
+};
+
+// The verdict of an acceptance rule.
+struct AcceptanceResult {
+    std::size_t accepted = 0;  // drafts kept: tokens[0 .. accepted)
+    Token next_token = 0;      // the corrected token (at the first rejection) or the bonus token
 };
 
 }  // namespace specdec

@@ -4,6 +4,6 @@
 // every entry point throws specdec::Error ("no CUDA device: ...") otherwise.
 #include "specdec/backends/cuda/acceptance.cuh"
 #include "specdec/backends/cuda/device.hpp"
-#include "specdec/backends/cuda/device_weights.cuh"
-#include "specdec/backends/cuda/llama_model.cuh"
-#include "specdec/backends/cuda/synthetic_pair.cuh"
+#include "specdec/models/llama_weights.cuh"
+#include "specdec/models/llama_model.cuh"
+#include "specdec/models/synthetic_pair.cuh"
