@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cost_model.hpp"
+#include "specdec/decoding/decoding_options.hpp"
 
 namespace specdec::bench {
 
@@ -58,20 +59,9 @@ struct ConfigurationResult {
     std::size_t draft_tokens = 0;
     std::size_t repetitions = 0;
 
-    std::size_t autoregressive_tokens = 0;
-    double autoregressive_seconds = 0.0;
-
-    std::size_t speculative_tokens = 0;
-    double speculative_seconds = 0.0;
-    std::size_t target_forward_passes = 0;
-    std::size_t draft_forward_passes = 0;
-    std::size_t draft_tokens_proposed = 0;
-    std::size_t draft_tokens_accepted = 0;
-    std::vector<std::size_t> proposed_at_position;
-    std::vector<std::size_t> accepted_at_position;
-    double draft_seconds = 0.0;
-    double target_seconds = 0.0;
-    double acceptance_seconds = 0.0;
+    // Both decoders' statistics summed over the repetitions.
+    GenerationStats autoregressive;
+    GenerationStats speculative;
 
     // Speedup of each interleaved pair alone: their spread shows how noisy the machine was.
     std::vector<double> speedup_per_repetition;
@@ -84,10 +74,10 @@ struct ConfigurationResult {
     std::optional<std::size_t> first_mismatch;  // index of the first differing token
 
     [[nodiscard]] double autoregressive_tokens_per_second() const {
-        return autoregressive_seconds > 0.0 ? autoregressive_tokens / autoregressive_seconds : 0.0;
+        return autoregressive.tokens_per_second();
     }
     [[nodiscard]] double speculative_tokens_per_second() const {
-        return speculative_seconds > 0.0 ? speculative_tokens / speculative_seconds : 0.0;
+        return speculative.tokens_per_second();
     }
     [[nodiscard]] double speedup() const {
         const double baseline = autoregressive_tokens_per_second();
@@ -101,21 +91,24 @@ struct ConfigurationResult {
     }
     // The decoder's definition: accepted drafts / proposed drafts.
     [[nodiscard]] double acceptance_rate() const {
-        return draft_tokens_proposed == 0 ? 0.0 : static_cast<double>(draft_tokens_accepted) / draft_tokens_proposed;
+        return speculative.acceptance_rate();
     }
     // The cost model's alpha: accepted drafts / drafts that were actually tested.
-    [[nodiscard]] double alpha() const { return per_token_acceptance(proposed_at_position, accepted_at_position); }
+    [[nodiscard]] double alpha() const { return per_token_acceptance(speculative.proposed_at_position, speculative.accepted_at_position); }
     [[nodiscard]] double mean_accepted() const {
-        return target_forward_passes == 0 ? 0.0 : static_cast<double>(draft_tokens_accepted) / target_forward_passes;
+        const GenerationStats& s = speculative;
+        return s.target_forward_passes == 0 ? 0.0 : static_cast<double>(s.draft_tokens_accepted) / s.target_forward_passes;
     }
     [[nodiscard]] double mean_tokens_per_target_pass() const {
-        return target_forward_passes == 0 ? 0.0 : static_cast<double>(speculative_tokens) / target_forward_passes;
+        return speculative.mean_tokens_per_target_pass();
     }
     [[nodiscard]] std::vector<double> per_position_acceptance() const {
         std::vector<double> rates;
-        for (std::size_t i = 0; i < proposed_at_position.size(); ++i)
-            rates.push_back(proposed_at_position[i] == 0 ? 0.0
-                                                         : static_cast<double>(accepted_at_position[i]) / proposed_at_position[i]);
+        const GenerationStats& s = speculative;
+        for (std::size_t i = 0; i < s.proposed_at_position.size(); ++i)
+            rates.push_back(s.proposed_at_position[i] == 0
+                                ? 0.0
+                                : static_cast<double>(s.accepted_at_position[i]) / s.proposed_at_position[i]);
         return rates;
     }
     [[nodiscard]] double expected_tokens_per_pass() const {
@@ -146,13 +139,9 @@ struct BenchReport {
     // Autoregressive tokens/s over every configuration, and the memory
     // roofline bandwidth / bytes-per-token it is measured against.
     [[nodiscard]] double autoregressive_tokens_per_second() const {
-        std::size_t tokens = 0;
-        double seconds = 0.0;
-        for (const auto& c : configurations) {
-            tokens += c.autoregressive_tokens;
-            seconds += c.autoregressive_seconds;
-        }
-        return seconds > 0.0 ? static_cast<double>(tokens) / seconds : 0.0;
+        GenerationStats all;
+        for (const auto& c : configurations) all += c.autoregressive;
+        return all.tokens_per_second();
     }
     [[nodiscard]] double roofline_tokens_per_second() const {
         return machine.read_bandwidth > 0.0 && target.bytes_read_per_token > 0

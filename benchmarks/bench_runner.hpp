@@ -42,27 +42,6 @@ using ProgressCallback = std::function<void(const ProgressStep&)>;
 
 namespace detail {
 
-inline void add_speculative_stats(ConfigurationResult& result, const GenerationStats& stats) {
-    result.speculative_tokens += stats.generated_tokens;
-    result.speculative_seconds += stats.total_seconds;
-    result.target_forward_passes += stats.target_forward_passes;
-    result.draft_forward_passes += stats.draft_forward_passes;
-    result.draft_tokens_proposed += stats.draft_tokens_proposed;
-    result.draft_tokens_accepted += stats.draft_tokens_accepted;
-    result.draft_seconds += stats.draft_seconds;
-    result.target_seconds += stats.target_seconds;
-    result.acceptance_seconds += stats.acceptance_seconds;
-    const std::size_t positions = stats.proposed_at_position.size();
-    if (result.proposed_at_position.size() < positions) {
-        result.proposed_at_position.resize(positions, 0);
-        result.accepted_at_position.resize(positions, 0);
-    }
-    for (std::size_t i = 0; i < positions; ++i) {
-        result.proposed_at_position[i] += stats.proposed_at_position[i];
-        result.accepted_at_position[i] += stats.accepted_at_position[i];
-    }
-}
-
 // Records the first repetition whose speculative tokens differ from the
 // autoregressive ones (greedy decoding must reproduce them exactly).
 inline void check_greedy_match(ConfigurationResult& result, const std::vector<Token>& autoregressive,
@@ -94,7 +73,7 @@ template <class Draft, CausalLM Target>
                                      .seed = settings.seed,
                                      .max_new_tokens = std::min(settings.warmup_tokens, settings.new_tokens)};
         (void)AutoregressiveDecoder<Target>(target, warmup).generate(prompt);
-        (void)SpeculativeDecoder<Draft, Target>(draft, target, warmup).generate(prompt);
+        (void)SpeculativeDecoder<Target, Draft>(specdec::target(target), specdec::draft(draft), warmup).generate(prompt);
     }
     for (const double temperature : settings.temperatures) {
         for (const std::size_t k : settings.draft_tokens) {
@@ -105,7 +84,7 @@ template <class Draft, CausalLM Target>
                 .max_new_tokens = settings.new_tokens,
             };
             AutoregressiveDecoder<Target> autoregressive(target, options);
-            SpeculativeDecoder<Draft, Target> speculative(draft, target, options);
+            SpeculativeDecoder<Target, Draft> speculative(specdec::target(target), specdec::draft(draft), options);
 
             ConfigurationResult result;
             result.temperature = temperature;
@@ -115,12 +94,15 @@ template <class Draft, CausalLM Target>
             result.verification_cost_ratio = costs.verification_cost_ratio(k);
             for (std::size_t repetition = 0; repetition < settings.repetitions; ++repetition) {
                 if (progress) progress(ProgressStep{results.size() + 1, total, temperature, k, repetition + 1, settings.repetitions});
+                // Both decoders share the target model, so each starts from an
+                // empty cache (reset): every repetition pays the same prefill.
+                autoregressive.reset();
                 const GenerationResult baseline = autoregressive.generate(prompt);
-                result.autoregressive_tokens += baseline.stats.generated_tokens;
-                result.autoregressive_seconds += baseline.stats.total_seconds;
+                result.autoregressive += baseline.stats;
 
+                speculative.reset();
                 const GenerationResult fast = speculative.generate(prompt);
-                detail::add_speculative_stats(result, fast.stats);
+                result.speculative += fast.stats;
                 if (baseline.stats.tokens_per_second() > 0.0)
                     result.speedup_per_repetition.push_back(fast.stats.tokens_per_second() / baseline.stats.tokens_per_second());
                 if (temperature == 0.0) detail::check_greedy_match(result, baseline.tokens, fast.tokens);

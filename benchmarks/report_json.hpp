@@ -28,8 +28,8 @@ inline constexpr int kReportFormatVersion = 1;
             {"draft_tokens", r.draft_tokens},  // the speculative run this baseline was interleaved with
             {"temperature", r.temperature},
             {"repetitions", r.repetitions},
-            {"generated_tokens", r.autoregressive_tokens},
-            {"seconds", r.autoregressive_seconds},
+            {"generated_tokens", r.autoregressive.generated_tokens},
+            {"seconds", r.autoregressive.total_seconds},
             {"tokens_per_second", r.autoregressive_tokens_per_second()},
             {"speedup", 1.0},
             {"acceptance_rate", nullptr},
@@ -49,8 +49,8 @@ inline constexpr int kReportFormatVersion = 1;
                           {"draft_tokens", r.draft_tokens},
                           {"temperature", r.temperature},
                           {"repetitions", r.repetitions},
-                          {"generated_tokens", r.speculative_tokens},
-                          {"seconds", r.speculative_seconds},
+                          {"generated_tokens", r.speculative.generated_tokens},
+                          {"seconds", r.speculative.total_seconds},
                           {"tokens_per_second", r.speculative_tokens_per_second()},
                           {"speedup", r.speedup()},
                           {"speedup_per_repetition", r.speedup_per_repetition},
@@ -63,16 +63,16 @@ inline constexpr int kReportFormatVersion = 1;
                           {"efficiency", r.efficiency()},
                           {"per_position_acceptance", r.per_position_acceptance()},
                           {"per_position_conditional_acceptance",
-                           conditional_acceptance_at_position(r.proposed_at_position, r.accepted_at_position)},
-                          {"proposed_at_position", r.proposed_at_position},
-                          {"accepted_at_position", r.accepted_at_position},
+                           conditional_acceptance_at_position(r.speculative.proposed_at_position, r.speculative.accepted_at_position)},
+                          {"proposed_at_position", r.speculative.proposed_at_position},
+                          {"accepted_at_position", r.speculative.accepted_at_position},
                           {"cost_ratio", r.cost_ratio},
                           {"verification_cost_ratio", r.verification_cost_ratio},
-                          {"target_forward_passes", r.target_forward_passes},
-                          {"draft_forward_passes", r.draft_forward_passes},
-                          {"draft_seconds", r.draft_seconds},
-                          {"target_seconds", r.target_seconds},
-                          {"acceptance_seconds", r.acceptance_seconds}};
+                          {"target_forward_passes", r.speculative.target_forward_passes},
+                          {"draft_forward_passes", r.speculative.draft_forward_passes},
+                          {"draft_seconds", r.speculative.draft_seconds},
+                          {"target_seconds", r.speculative.target_seconds},
+                          {"acceptance_seconds", r.speculative.acceptance_seconds}};
     run["greedy_match"] = r.greedy_match ? nlohmann::ordered_json(*r.greedy_match) : nlohmann::ordered_json(nullptr);
     if (r.first_mismatch) run["first_mismatch"] = *r.first_mismatch;
     return run;

@@ -53,7 +53,7 @@ static_assert(specdec::CausalLM<BigramModel>);
 int main() {
     BigramModel target(64, /*noise=*/0.0f);
     BigramModel draft(64, /*noise=*/1.5f);
-    specdec::SpeculativeDecoder decoder(draft, target,
+    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft),
                                         {.draft_tokens = 4, .sampling = {.temperature = 1.0}, .seed = 7, .max_new_tokens = 24});
     const std::vector<specdec::Token> prompt{1, 2, 3};
     const specdec::GenerationResult result = decoder.generate(prompt, [](specdec::Token t) { std::printf("%d ", t); });

@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
 
         specdec::DecodingOptions options{.draft_tokens = 4, .sampling = {.temperature = 0.0}, .max_new_tokens = 64};
         if (tokenizer.has_eos()) options.stop_tokens = {tokenizer.eos()};
-        specdec::SpeculativeDecoder decoder(draft, target, options);
+        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options);
 
         specdec::Tokenizer::StreamDecoder stream(tokenizer);
         std::printf("%s", prompt_text.c_str());

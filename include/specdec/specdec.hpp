@@ -31,6 +31,8 @@
 #include "specdec/decoding/drafter.hpp"
 #include "specdec/decoding/model_drafter.hpp"
 #include "specdec/decoding/prompt_lookup_drafter.hpp"
+#include "specdec/decoding/roles.hpp"
+#include "specdec/decoding/session.hpp"
 #include "specdec/decoding/speculative_decoder.hpp"
 #include "specdec/decoding/verification.hpp"
 #include "specdec/sampling/acceptance.hpp"

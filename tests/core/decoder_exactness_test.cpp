@@ -166,7 +166,7 @@ TEST_CASE("speculative sampling generates 3-token sequences with exactly the tar
             ToyLM target(target_options()), draft(draft_options());
             const auto result = sequence_test(sampling, kSamples, [&](DecodingOptions options) {
                 options.draft_tokens = k;
-                return std::make_unique<specdec::SpeculativeDecoder<ToyLM, ToyLM>>(draft, target, options);
+                return std::make_unique<specdec::SpeculativeDecoder<ToyLM, ToyLM>>(specdec::target(target), specdec::draft(draft), options);
             });
             INFO("k " << k << ", " << describe(sampling) << ": chi2 " << result.statistic << " df "
                       << result.degrees_of_freedom << " p " << result.p_value);
@@ -192,7 +192,7 @@ TEST_CASE("point-mass drafters (prompt lookup) keep the target distribution exac
         specdec::PromptLookupDrafter drafter({.min_ngram = 1, .max_ngram = 2});
         const auto result = sequence_test({.temperature = 1.0}, kSamples, [&](DecodingOptions options) {
             options.draft_tokens = k;
-            return std::make_unique<specdec::SpeculativeDecoder<specdec::PromptLookupDrafter, ToyLM>>(drafter, target, options);
+            return std::make_unique<specdec::SpeculativeDecoder<ToyLM, specdec::PromptLookupDrafter>>(specdec::target(target), specdec::draft(drafter), options);
         });
         INFO("k " << k << ": p " << result.p_value);
         CHECK(result.p_value >= kExactSignificance);
@@ -203,13 +203,13 @@ TEST_CASE("negative controls: wrong acceptance rules are rejected by the same se
     ToyLM target(target_options()), draft(draft_options());
     const auto always = sequence_test({.temperature = 1.0}, kSamples, [&](DecodingOptions options) {
         options.draft_tokens = 3;
-        return std::make_unique<specdec::SpeculativeDecoder<ToyLM, ToyLM, AlwaysAccept>>(draft, target, options);
+        return std::make_unique<specdec::SpeculativeDecoder<ToyLM, ToyLM, AlwaysAccept>>(specdec::target(target), specdec::draft(draft), options);
     });
     INFO("always accept: p " << always.p_value);
     CHECK(always.p_value < kControlSignificance);
     const auto forgets = sequence_test({.temperature = 1.0}, kSamples, [&](DecodingOptions options) {
         options.draft_tokens = 3;
-        return std::make_unique<specdec::SpeculativeDecoder<ToyLM, ToyLM, ForgetsResidual>>(draft, target, options);
+        return std::make_unique<specdec::SpeculativeDecoder<ToyLM, ToyLM, ForgetsResidual>>(specdec::target(target), specdec::draft(draft), options);
     });
     INFO("forgets residual: p " << forgets.p_value);
     CHECK(forgets.p_value < kControlSignificance);
@@ -220,14 +220,14 @@ TEST_CASE("negative controls: drafting the argmax, or sampling a warped q while 
     ArgmaxDrafterReportingQ argmax_drafter(draft);
     const auto argmax = sequence_test({.temperature = 1.0}, kSamples, [&](DecodingOptions options) {
         options.draft_tokens = 3;
-        return std::make_unique<specdec::SpeculativeDecoder<ArgmaxDrafterReportingQ, ToyLM>>(argmax_drafter, target, options);
+        return std::make_unique<specdec::SpeculativeDecoder<ToyLM, ArgmaxDrafterReportingQ>>(specdec::target(target), specdec::draft(argmax_drafter), options);
     });
     INFO("argmax drafter: p " << argmax.p_value);
     CHECK(argmax.p_value < kControlSignificance);
     WarpedSampleUnwarpedQ warped_drafter(draft);
     const auto warped = sequence_test({.temperature = 1.0}, kSamples, [&](DecodingOptions options) {
         options.draft_tokens = 3;
-        return std::make_unique<specdec::SpeculativeDecoder<WarpedSampleUnwarpedQ, ToyLM>>(warped_drafter, target, options);
+        return std::make_unique<specdec::SpeculativeDecoder<ToyLM, WarpedSampleUnwarpedQ>>(specdec::target(target), specdec::draft(warped_drafter), options);
     });
     INFO("warped sample, unwarped q: p " << warped.p_value);
     CHECK(warped.p_value < kControlSignificance);

@@ -20,7 +20,7 @@ TEST_CASE("greedy speculative output equals greedy autoregressive output token f
                 ToyLM target({.vocab = 50, .seed = 21, .sharpness = 1.0});
                 ToyLM draft({.vocab = 50, .seed = 21, .sharpness = 1.0, .noise_seed = 4, .noise = draft_noise});
                 specdec::SpeculativeDecoder decoder(
-                    draft, target, {.draft_tokens = k, .sampling = {.temperature = 0.0}, .max_new_tokens = 96});
+                    specdec::target(target), specdec::draft(draft), {.draft_tokens = k, .sampling = {.temperature = 0.0}, .max_new_tokens = 96});
                 const auto result = decoder.generate(prompt);
                 INFO("noise " << draft_noise << ", prompt length " << prompt.size() << ", k " << k
                               << ", acceptance " << result.stats.acceptance_rate());
@@ -40,7 +40,7 @@ TEST_CASE("greedy equivalence holds with a point-mass prompt-lookup drafter", "[
     const auto expected = autoregressive.generate(prompt).tokens;
     ToyLM target({.vocab = 8, .seed = 2});
     specdec::PromptLookupDrafter drafter;
-    specdec::SpeculativeDecoder decoder(drafter, target, {.draft_tokens = 4, .sampling = {.temperature = 0.0}, .max_new_tokens = 64});
+    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(drafter), {.draft_tokens = 4, .sampling = {.temperature = 0.0}, .max_new_tokens = 64});
     const auto result = decoder.generate(prompt);
     CHECK(result.tokens == expected);
     CHECK(result.stats.draft_tokens_proposed > 0);

@@ -29,7 +29,7 @@ TEST_CASE("greedy speculative decoding on the GPU equals greedy autoregressive d
         INFO("k = " << k);
         CudaLlamaModel target = CudaLlamaModel::synthetic(kTiny, 6, 0, {.precision = Precision::f32});
         CudaLlamaModel draft = CudaLlamaModel::synthetic(kTiny, 6, kTiny.early_exit_layers, {.precision = Precision::f32});
-        specdec::SpeculativeDecoder decoder(draft, target,
+        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft),
                                             {.draft_tokens = k, .sampling = {.temperature = 0.0}, .max_new_tokens = 64});
         const auto result = decoder.generate(prompt);
         INFO("acceptance " << result.stats.acceptance_rate());
@@ -39,7 +39,7 @@ TEST_CASE("greedy speculative decoding on the GPU equals greedy autoregressive d
     // A point-mass drafter verified on the device.
     CudaLlamaModel target = CudaLlamaModel::synthetic(kTiny, 6, 0, {.precision = Precision::f32});
     specdec::PromptLookupDrafter lookup;
-    specdec::SpeculativeDecoder decoder(lookup, target, {.draft_tokens = 4, .sampling = {.temperature = 0.0}, .max_new_tokens = 64});
+    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(lookup), {.draft_tokens = 4, .sampling = {.temperature = 0.0}, .max_new_tokens = 64});
     CHECK(decoder.generate(prompt).tokens == expected);
 }
 
@@ -52,7 +52,7 @@ TEST_CASE("a CPU draft model can drive a GPU target", "[cuda][decoding][greedy]"
 
     specdec::LlamaModel cpu_draft = specdec::make_synthetic_draft({.size = "tiny", .seed = 8, .threads = 2});
     CudaLlamaModel target = CudaLlamaModel::synthetic(kTiny, 8, 0, {.precision = Precision::f32});
-    specdec::SpeculativeDecoder decoder(cpu_draft, target,
+    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(cpu_draft),
                                         {.draft_tokens = 4, .sampling = {.temperature = 0.0}, .max_new_tokens = 40});
     CHECK(decoder.generate(prompt).tokens == expected);
 }
@@ -64,7 +64,7 @@ TEST_CASE("sampled speculative decoding on the GPU runs to the requested length 
          {specdec::SamplingOptions{.temperature = 1.0}, specdec::SamplingOptions{.temperature = 0.8, .top_k = 40, .top_p = 0.95}}) {
         CudaLlamaModel target = CudaLlamaModel::synthetic(kTiny, 3, 0, {.precision = Precision::f16});
         CudaLlamaModel draft = CudaLlamaModel::synthetic(kTiny, 3, kTiny.early_exit_layers, {.precision = Precision::f16});
-        specdec::SpeculativeDecoder decoder(draft, target,
+        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft),
                                             {.draft_tokens = 4, .sampling = sampling, .seed = 5, .max_new_tokens = 100});
         const auto result = decoder.generate(prompt);
         CHECK(result.tokens.size() == 100);
@@ -73,7 +73,7 @@ TEST_CASE("sampled speculative decoding on the GPU runs to the requested length 
         // Same seed, same output: the device path is deterministic.
         CudaLlamaModel target_again = CudaLlamaModel::synthetic(kTiny, 3, 0, {.precision = Precision::f16});
         CudaLlamaModel draft_again = CudaLlamaModel::synthetic(kTiny, 3, kTiny.early_exit_layers, {.precision = Precision::f16});
-        specdec::SpeculativeDecoder again(draft_again, target_again,
+        specdec::SpeculativeDecoder again(specdec::target(target_again), specdec::draft(draft_again),
                                           {.draft_tokens = 4, .sampling = sampling, .seed = 5, .max_new_tokens = 100});
         CHECK(again.generate(prompt).tokens == result.tokens);
     }

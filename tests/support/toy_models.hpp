@@ -38,6 +38,7 @@ public:
     std::size_t cached_tokens() const { return cache_.size(); }
     const std::vector<Token>& cache() const { return cache_; }
     std::size_t forward_calls() const { return forward_calls_; }
+    std::size_t tokens_fed() const { return tokens_fed_; }  // over all forward() calls
 
     LogitsView forward(std::span<const Token> tokens) {
         if (cache_.size() + tokens.size() > options_.context) {
@@ -47,6 +48,7 @@ public:
             throw Error(message.str());
         }
         ++forward_calls_;
+        tokens_fed_ += tokens.size();
         logits_.resize(tokens.size() * options_.vocab);
         for (std::size_t i = 0; i < tokens.size(); ++i) {
             if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= options_.vocab)
@@ -94,6 +96,7 @@ private:
     std::vector<Token> cache_;
     std::vector<float> logits_;
     std::size_t forward_calls_ = 0;
+    std::size_t tokens_fed_ = 0;
 };
 
 }  // namespace specdec::test

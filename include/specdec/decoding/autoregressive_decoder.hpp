@@ -1,6 +1,7 @@
 #pragma once
-// Plain token-by-token decoding with the same options, sampling code and
-// statistics as SpeculativeDecoder: the baseline every speedup is measured against.
+// Plain token-by-token decoding with the same options, session API, sampling
+// code and statistics as SpeculativeDecoder: the baseline every speedup is
+// measured against.
 #include <cstddef>
 #include <span>
 #include <utility>
@@ -9,57 +10,83 @@
 #include "specdec/core/model_contract.hpp"
 #include "specdec/decoding/decoding_options.hpp"
 #include "specdec/decoding/kv_sync.hpp"
+#include "specdec/decoding/session.hpp"
 #include "specdec/decoding/verification.hpp"
 
 namespace specdec {
 
 template <CausalLM Target>
-class AutoregressiveDecoder {
+class AutoregressiveDecoder : public detail::DecoderSession<AutoregressiveDecoder<Target>> {
+    using Session = detail::DecoderSession<AutoregressiveDecoder<Target>>;
+
 public:
+    // Throws specdec::Error for invalid options. The model must outlive the decoder.
     explicit AutoregressiveDecoder(Target& target, DecodingOptions options = {})
-        : target_(target), options_(std::move(options)) {
-        validate(options_, /*speculative=*/false);
+        : Session(std::move(options)), target_(target) {
+        validate(this->options_, /*speculative=*/false);
     }
 
-    [[nodiscard]] const DecodingOptions& options() const { return options_; }
-
-    template <class OnToken = detail::IgnoreTokens>
-    GenerationResult generate(std::span<const Token> prompt, OnToken&& on_token = {}) {
+    // As SpeculativeDecoder::prefill: the target keeps the longest common
+    // prefix of its cache and the prompt and computes the rest but the last
+    // token. After the call: the target's cache holds prompt[0 .. n - 1).
+    GenerationStats prefill(std::span<const Token> prompt) {
         const auto start = detail::Clock::now();
         Target& model = target_.model();
-        detail::check_prompt(prompt, model.vocab_size(), model.context_length());
-        GenerationResult result;
-        result.stats.prompt_tokens = prompt.size();
-        detail::TokenSink sink(options_, on_token, result);
-        const CounterRng rng{options_.seed};
-        std::vector<Token> history(prompt.begin(), prompt.end());
-        target_.reset();
-
-        while (true) {
-            if (history.size() > model.context_length()) {
-                sink.finish(StopReason::context_full);
-                break;
-            }
-            auto forward_start = detail::Clock::now();
-            const LogitsView logits = target_.forward(target_.uncached_suffix(history));
-            result.stats.target_seconds += detail::seconds_since(forward_start);
-            ++result.stats.target_forward_passes;
-
-            auto sample_start = detail::Clock::now();
-            const Token token = detail::sample_next_on_host(logits.last_row(), options_.sampling, rng, history.size(), scratch_);
-            result.stats.acceptance_seconds += detail::seconds_since(sample_start);
-
-            history.push_back(token);
-            if (!sink.emit(token)) break;
+        this->start_sequence(prompt, model.vocab_size(), model.context_length());
+        GenerationStats stats;
+        stats.prompt_tokens = prompt.size();
+        const std::span<const Token> uncached = target_.uncached_suffix(this->sequence_);
+        if (uncached.size() > 1) {
+            (void)target_.forward(uncached.first(uncached.size() - 1));
+            stats.prefill_tokens = stats.target_tokens = uncached.size() - 1;
         }
-        result.stats.generated_tokens = result.tokens.size();
+        stats.prefill_seconds = detail::seconds_since(start);
+        return stats;
+    }
+
+    // One target pass over the pending token; samples and commits one token.
+    // Returns stop = context_full (and no token) when the cache has no room,
+    // stop_token / callback as SpeculativeDecoder::step does.
+    // After the call: the target's cache holds sequence()[0 .. size - 1).
+    template <class OnToken = detail::IgnoreTokens>
+    StepResult step(std::size_t max_tokens = Session::kUnlimited, OnToken&& on_token = {}) {
+        this->require_sequence();
+        if (max_tokens == 0) throw Error("step(max_tokens = 0): expected at least 1 token to emit");
+        const auto start = detail::Clock::now();
+        StepResult result;
+        std::vector<Token>& history = this->sequence_;
+        if (history.size() > target_.model().context_length()) {
+            result.stop = StopReason::context_full;
+            return result;
+        }
+        auto forward_start = detail::Clock::now();
+        const std::span<const Token> feed = target_.uncached_suffix(history);
+        result.stats.target_tokens = feed.size();
+        const LogitsView logits = target_.forward(feed);
+        result.stats.target_seconds = detail::seconds_since(forward_start);
+        result.stats.target_forward_passes = 1;
+
+        auto sample_start = detail::Clock::now();
+        const CounterRng rng{this->options_.seed};
+        const Token token =
+            detail::sample_next_on_host(logits.last_row(), this->options_.sampling, rng, history.size(), scratch_);
+        result.stats.acceptance_seconds = detail::seconds_since(sample_start);
+
+        result.stats.generated_tokens = detail::emit_tokens(std::span<const Token>(&token, 1),
+                                                            this->options_.stop_tokens, on_token, history,
+                                                            result.tokens, result.stop);
         result.stats.total_seconds = detail::seconds_since(start);
         return result;
     }
 
+    // Empties the KV cache and the committed sequence.
+    void reset() {
+        target_.reset();
+        this->sequence_.clear();
+    }
+
 private:
     detail::KvSync<Target> target_;
-    DecodingOptions options_;
     std::vector<float> scratch_;
 };
 

@@ -1,9 +1,11 @@
 #pragma once
 // Options, statistics and results shared by the speculative and the
 // autoregressive decoder, so that a benchmark compares like with like.
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <sstream>
 #include <type_traits>
@@ -52,24 +54,34 @@ enum class StopReason {
 struct GenerationStats {
     std::size_t prompt_tokens = 0;
     std::size_t generated_tokens = 0;
+    // Prompt tokens the target actually ran in prefill (the rest were reused
+    // from the KV cache of an earlier call sharing that prefix).
+    std::size_t prefill_tokens = 0;
+    // Every token fed to the target's forward passes, prefill included.
+    std::size_t target_tokens = 0;
     std::size_t target_forward_passes = 0;
     std::size_t draft_forward_passes = 0;
     std::size_t draft_tokens_proposed = 0;
+    // Drafts accepted *and emitted*: a stop token or a callback that ends
+    // generation inside an accepted block leaves the rest uncounted.
     std::size_t draft_tokens_accepted = 0;
+    // Steps whose acceptance ran inside the target (DeviceVerifyingLM).
+    std::size_t device_verified_steps = 0;
     // Index i: how often a draft was proposed / accepted at draft position i of a step.
     std::vector<std::size_t> proposed_at_position;
     std::vector<std::size_t> accepted_at_position;
+    double prefill_seconds = 0.0;     // prefill(): the target's (and draft's) prompt pass
     double draft_seconds = 0.0;       // inside the drafter
     double target_seconds = 0.0;      // inside target.forward (the verification pass)
     double acceptance_seconds = 0.0;  // logits processing and the acceptance rule
-    double total_seconds = 0.0;       // the whole generate() call
+    double total_seconds = 0.0;       // the whole generate() call, prefill included
 
     // Fraction of proposed draft tokens that were accepted.
     [[nodiscard]] double acceptance_rate() const {
         return draft_tokens_proposed == 0 ? 0.0
                                           : static_cast<double>(draft_tokens_accepted) / draft_tokens_proposed;
     }
-    // Emitted tokens per target forward pass (1 for autoregressive decoding).
+    // Emitted tokens per target forward pass after prefill (1 for autoregressive decoding).
     [[nodiscard]] double mean_tokens_per_target_pass() const {
         return target_forward_passes == 0 ? 0.0
                                           : static_cast<double>(generated_tokens) / target_forward_passes;
@@ -77,12 +89,46 @@ struct GenerationStats {
     [[nodiscard]] double tokens_per_second() const {
         return total_seconds <= 0.0 ? 0.0 : static_cast<double>(generated_tokens) / total_seconds;
     }
+
+    // Adds another call's or step's counts and times (prompt_tokens too).
+    GenerationStats& operator+=(const GenerationStats& other) {
+        prompt_tokens += other.prompt_tokens;
+        generated_tokens += other.generated_tokens;
+        prefill_tokens += other.prefill_tokens;
+        target_tokens += other.target_tokens;
+        target_forward_passes += other.target_forward_passes;
+        draft_forward_passes += other.draft_forward_passes;
+        draft_tokens_proposed += other.draft_tokens_proposed;
+        draft_tokens_accepted += other.draft_tokens_accepted;
+        device_verified_steps += other.device_verified_steps;
+        add_counts(proposed_at_position, other.proposed_at_position);
+        add_counts(accepted_at_position, other.accepted_at_position);
+        prefill_seconds += other.prefill_seconds;
+        draft_seconds += other.draft_seconds;
+        target_seconds += other.target_seconds;
+        acceptance_seconds += other.acceptance_seconds;
+        total_seconds += other.total_seconds;
+        return *this;
+    }
+
+private:
+    static void add_counts(std::vector<std::size_t>& into, const std::vector<std::size_t>& from) {
+        if (into.size() < from.size()) into.resize(from.size(), 0);
+        for (std::size_t i = 0; i < from.size(); ++i) into[i] += from[i];
+    }
 };
 
 struct GenerationResult {
     std::vector<Token> tokens;  // the generated tokens (prompt excluded)
     GenerationStats stats;
     StopReason stop_reason = StopReason::max_new_tokens;
+};
+
+// What one decoding step emitted.
+struct StepResult {
+    std::vector<Token> tokens;       // emitted tokens, in order (1 .. draft_tokens + 1 of them)
+    std::optional<StopReason> stop;  // set when the step ended generation (stop token, callback, context full)
+    GenerationStats stats;           // this step alone (generated_tokens == tokens.size())
 };
 
 namespace detail {
@@ -111,43 +157,35 @@ inline void check_prompt(std::span<const Token> prompt, std::size_t vocab, std::
     }
 }
 
-// Appends emitted tokens, streams them to the callback and decides when to
-// stop. Callbacks may return void, or bool (false = stop).
+// Streams `tokens` to the callback one at a time and appends them to
+// `sequence` and `emitted`, stopping after a stop token or when the callback
+// returns false. Callbacks may return void, or bool (false = stop). Returns the
+// number of tokens emitted; `stop` is set when generation must end.
 template <class OnToken>
-class TokenSink {
-public:
-    TokenSink(const DecodingOptions& options, OnToken& on_token, GenerationResult& result)
-        : options_(options), on_token_(on_token), result_(result) {}
-
-    // Returns false once generation must stop; the reason is in result.stop_reason.
-    bool emit(Token token) {
-        result_.tokens.push_back(token);
+std::size_t emit_tokens(std::span<const Token> tokens, const std::vector<Token>& stop_tokens, OnToken& on_token,
+                        std::vector<Token>& sequence, std::vector<Token>& emitted, std::optional<StopReason>& stop) {
+    std::size_t count = 0;
+    for (const Token token : tokens) {
+        sequence.push_back(token);
+        emitted.push_back(token);
+        ++count;
         bool keep_going = true;
         if constexpr (std::is_same_v<std::invoke_result_t<OnToken&, Token>, bool>) {
-            keep_going = on_token_(token);
+            keep_going = on_token(token);
         } else {
-            on_token_(token);
+            on_token(token);
         }
-        for (const Token stop : options_.stop_tokens) {
-            if (token == stop) return finish(StopReason::stop_token);
+        if (std::find(stop_tokens.begin(), stop_tokens.end(), token) != stop_tokens.end()) {
+            stop = StopReason::stop_token;
+            break;
         }
-        if (!keep_going) return finish(StopReason::callback);
-        if (result_.tokens.size() >= options_.max_new_tokens) return finish(StopReason::max_new_tokens);
-        return true;
+        if (!keep_going) {
+            stop = StopReason::callback;
+            break;
+        }
     }
-
-    bool finish(StopReason reason) {
-        result_.stop_reason = reason;
-        return false;
-    }
-
-    [[nodiscard]] std::size_t remaining() const { return options_.max_new_tokens - result_.tokens.size(); }
-
-private:
-    const DecodingOptions& options_;
-    OnToken& on_token_;
-    GenerationResult& result_;
-};
+    return count;
+}
 
 struct IgnoreTokens {
     void operator()(Token) const {}

@@ -24,7 +24,10 @@ struct DraftRequest {
 // propose() must return tokens sampled from the q it reports. For exactness the
 // choice of how many tokens to propose may depend only on the drafter's own
 // state and earlier drafts, never on the verifier's randomness.
-// reset() is called at the start of every generation.
+// reset() is called by the decoder's reset() (it may drop any cached state).
+// A drafter may also provide prefill(std::span<const Token> history), called
+// by the decoder's prefill() so that a draft model can process a prompt in one
+// batched pass before the first step.
 template <class D>
 concept Drafter = requires(D& drafter, const DraftRequest& request) {
     { drafter.propose(request) } -> std::same_as<DraftProposal>;

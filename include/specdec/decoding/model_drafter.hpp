@@ -25,6 +25,13 @@ public:
 
     void reset() { cache_.reset(); }
 
+    // Runs the draft model over history except its last token, reusing the
+    // longest common prefix already in its cache (see SpeculativeDecoder::prefill).
+    void prefill(std::span<const Token> history) {
+        const std::span<const Token> uncached = cache_.uncached_suffix(history);
+        if (uncached.size() > 1) (void)cache_.forward(uncached.first(uncached.size() - 1));
+    }
+
     DraftProposal propose(const DraftRequest& request) {
         DraftProposal proposal;
         const std::size_t vocab = vocab_size();

@@ -5,6 +5,11 @@
 // back to the committed sequence. The output has exactly the distribution of
 // sampling from the processed target alone (and at temperature 0, exactly the
 // target's greedy output).
+//
+//   specdec::SpeculativeDecoder decoder(specdec::target(big), specdec::draft(small), options);
+//   auto result = decoder.generate(prompt, on_token);          // or, one step at a time:
+//   decoder.prefill(prompt);
+//   while (...) { specdec::StepResult step = decoder.step(); ... }
 #include <algorithm>
 #include <cstddef>
 #include <memory>
@@ -20,6 +25,8 @@
 #include "specdec/decoding/drafter.hpp"
 #include "specdec/decoding/kv_sync.hpp"
 #include "specdec/decoding/model_drafter.hpp"
+#include "specdec/decoding/roles.hpp"
+#include "specdec/decoding/session.hpp"
 #include "specdec/decoding/verification.hpp"
 
 namespace specdec {
@@ -40,6 +47,9 @@ struct DrafterFor<Draft> {
         DraftProposal propose(const DraftRequest& request) { return drafter->propose(request); }
         void reset() { drafter->reset(); }
         Draft& get() { return *drafter; }
+        void prefill(std::span<const Token> history) {
+            if constexpr (requires { drafter->prefill(history); }) drafter->prefill(history);
+        }
     };
     using type = Reference;
     static type make(Draft& draft) { return type{&draft}; }
@@ -52,122 +62,161 @@ concept HasVocabSize = requires(const D& d) {
 
 }  // namespace detail
 
+// Target: the CausalLM whose distribution the output follows.
 // Draft: a Drafter, or a CausalLM draft model (wrapped in a ModelDrafter).
 // Rule: the acceptance rule used at temperature > 0 (temperature 0 always uses
-// greedy verification).
-template <class Draft, CausalLM Target, AcceptanceRule Rule = TokenwiseRejection>
+// greedy verification). If the target runs Rule itself (DeviceVerifyingLM),
+// verification happens there; otherwise on the host.
+template <CausalLM Target, class Draft, AcceptanceRule Rule = TokenwiseRejection>
     requires(Drafter<Draft> || CausalLM<Draft>)
-class SpeculativeDecoder {
+class SpeculativeDecoder : public detail::DecoderSession<SpeculativeDecoder<Target, Draft, Rule>> {
+    using Session = detail::DecoderSession<SpeculativeDecoder<Target, Draft, Rule>>;
+
 public:
-    SpeculativeDecoder(Draft& draft, Target& target, DecodingOptions options = {}, Rule rule = {})
-        : drafter_(detail::DrafterFor<Draft>::make(draft)),
-          target_(target),
-          options_(std::move(options)),
+    // Throws specdec::Error for invalid options or when a draft model's
+    // vocabulary differs from the target's. Both models must outlive the decoder.
+    SpeculativeDecoder(TargetRole<Target> target, DraftRole<Draft> draft, DecodingOptions options = {}, Rule rule = {})
+        : Session(std::move(options)),
+          drafter_(detail::DrafterFor<Draft>::make(draft.source)),
+          target_(target.model),
           rule_(std::move(rule)) {
-        validate(options_, /*speculative=*/true);
+        validate(this->options_, /*speculative=*/true);
         if constexpr (detail::HasVocabSize<Draft>) {
-            if (draft.vocab_size() != target.vocab_size()) {
+            if (draft.source.vocab_size() != target.model.vocab_size()) {
                 std::ostringstream message;
-                message << "vocabulary mismatch: the draft has " << draft.vocab_size() << " tokens, the target has "
-                        << target.vocab_size() << "; draft and target must share one tokenizer";
+                message << "vocabulary mismatch: the draft has " << draft.source.vocab_size()
+                        << " tokens, the target has " << target.model.vocab_size()
+                        << "; draft and target must share one tokenizer";
                 throw Error(message.str());
             }
         }
     }
 
-    [[nodiscard]] const DecodingOptions& options() const { return options_; }
-
-    template <class OnToken = detail::IgnoreTokens>
-    GenerationResult generate(std::span<const Token> prompt, OnToken&& on_token = {}) {
+    // Makes `prompt` the committed sequence and runs the target (and a draft
+    // model) over it, except its last token, which the first step feeds.
+    // Each model keeps the longest common prefix of its cache and the prompt
+    // and computes only the rest. Returns the counts and time of this prefill.
+    // Throws specdec::Error for an empty prompt, an id outside the vocabulary
+    // or a prompt longer than the target's context.
+    // After the call: the target's cache holds prompt[0 .. n - 1).
+    GenerationStats prefill(std::span<const Token> prompt) {
         const auto start = detail::Clock::now();
         Target& target = target_.model();
-        detail::check_prompt(prompt, target.vocab_size(), target.context_length());
-        GenerationResult result;
-        GenerationStats& stats = result.stats;
+        this->start_sequence(prompt, target.vocab_size(), target.context_length());
+        GenerationStats stats;
         stats.prompt_tokens = prompt.size();
-        stats.proposed_at_position.assign(options_.draft_tokens, 0);
-        stats.accepted_at_position.assign(options_.draft_tokens, 0);
-        detail::TokenSink sink(options_, on_token, result);
-        const CounterRng rng{options_.seed};
-        std::vector<Token> history(prompt.begin(), prompt.end());
-        std::vector<Token> feed;
-        target_.reset();
-        drafter_.reset();
-
-        bool running = true;
-        while (running) {
-            const std::size_t committed = history.size();
-            const std::size_t context = target.context_length();
-            if (committed > context) {
-                sink.finish(StopReason::context_full);
-                break;
-            }
-            // The target's cache will hold committed + k positions after the pass, and
-            // a step emits at most k + 1 tokens: draft no more than either allows.
-            const std::size_t k_max = std::min({options_.draft_tokens, context - committed, sink.remaining() - 1});
-
-            auto draft_start = detail::Clock::now();
-            DraftProposal draft;
-            if (k_max > 0) draft = drafter_.propose(DraftRequest{history, k_max, options_.sampling, rng});
-            stats.draft_seconds += detail::seconds_since(draft_start);
-            if (draft.size() > k_max) {
-                std::ostringstream message;
-                message << "the drafter proposed " << draft.size() << " tokens when at most " << k_max
-                        << " were requested";
-                throw Error(message.str());
-            }
-            detail::check_draft_tokens(draft, target.vocab_size());
-            const std::size_t k = draft.size();
-            stats.draft_forward_passes += draft.forward_passes;
-            stats.draft_tokens_proposed += k;
-            for (std::size_t i = 0; i < k; ++i) ++stats.proposed_at_position[i];
-
-            // One target pass over [uncached history..., drafts...].
-            const std::span<const Token> uncached = target_.uncached_suffix(history);
-            feed.assign(uncached.begin(), uncached.end());
-            feed.insert(feed.end(), draft.tokens.begin(), draft.tokens.end());
-            AcceptanceResult verdict;
-            if constexpr (DeviceVerifyingLM<Target, Rule>) {
-                auto verify_start = detail::Clock::now();
-                verdict = target_.forward_and_verify(feed, draft, options_.sampling, rng, committed, rule_);
-                stats.target_seconds += detail::seconds_since(verify_start);
-            } else {
-                auto forward_start = detail::Clock::now();
-                const LogitsView logits = target_.forward(feed);
-                stats.target_seconds += detail::seconds_since(forward_start);
-                auto accept_start = detail::Clock::now();
-                verdict = detail::verify_on_host(logits, draft, options_.sampling, rng, committed, scratch_, rule_);
-                stats.acceptance_seconds += detail::seconds_since(accept_start);
-            }
-            ++stats.target_forward_passes;
-            if (verdict.accepted > k) throw Error("acceptance rule accepted more drafts than were proposed");
-
-            // Roll the target back to the accepted prefix; the next token stays
-            // pending (it is fed at the start of the next pass).
-            target_.truncate(committed + verdict.accepted);
-            stats.draft_tokens_accepted += verdict.accepted;
-            for (std::size_t i = 0; i < verdict.accepted; ++i) ++stats.accepted_at_position[i];
-
-            for (std::size_t i = 0; i < verdict.accepted && running; ++i) {
-                history.push_back(draft.tokens[i]);
-                running = sink.emit(draft.tokens[i]);
-            }
-            if (running) {
-                history.push_back(verdict.next_token);
-                running = sink.emit(verdict.next_token);
-            }
+        const std::span<const Token> uncached = target_.uncached_suffix(this->sequence_);
+        const std::span<const Token> to_compute = uncached.first(uncached.size() - 1);
+        if (!to_compute.empty()) {
+            (void)target_.forward(to_compute);
+            stats.prefill_tokens = to_compute.size();
+            stats.target_tokens = to_compute.size();
         }
-        stats.generated_tokens = result.tokens.size();
+        drafter_.prefill(this->sequence_);
+        stats.prefill_seconds = detail::seconds_since(start);
+        return stats;
+    }
+
+    // One draft -> verify step: proposes up to min(draft_tokens, max_tokens - 1)
+    // drafts, verifies them in one target pass and commits the accepted prefix
+    // plus one token from the target (corrected or bonus). Tokens are streamed
+    // to on_token as they are committed; emission ends early after a stop
+    // token or when on_token returns false, and only emitted tokens are
+    // committed and counted. At most max_tokens tokens are emitted.
+    // Returns stop = context_full (and no token) when the target's cache has no
+    // room for the pending token.
+    // After the call: the target's cache holds at most sequence()[0 .. size - 1);
+    // rejected or unemitted positions are rolled back lazily by the next pass.
+    template <class OnToken = detail::IgnoreTokens>
+    StepResult step(std::size_t max_tokens = Session::kUnlimited, OnToken&& on_token = {}) {
+        this->require_sequence();
+        if (max_tokens == 0) throw Error("step(max_tokens = 0): expected at least 1 token to emit");
+        const auto start = detail::Clock::now();
+        StepResult result;
+        GenerationStats& stats = result.stats;
+        std::vector<Token>& history = this->sequence_;
+        Target& target = target_.model();
+        const std::size_t committed = history.size();
+        const std::size_t context = target.context_length();
+        if (committed > context) {
+            result.stop = StopReason::context_full;
+            return result;
+        }
+        const DecodingOptions& options = this->options_;
+        // The target's cache will hold committed + k positions after the pass, and
+        // a step emits at most k + 1 tokens: draft no more than either allows.
+        const std::size_t k_max = std::min({options.draft_tokens, context - committed, max_tokens - 1});
+        stats.proposed_at_position.assign(options.draft_tokens, 0);
+        stats.accepted_at_position.assign(options.draft_tokens, 0);
+        const CounterRng rng{options.seed};
+
+        auto draft_start = detail::Clock::now();
+        DraftProposal draft;
+        if (k_max > 0) draft = drafter_.propose(DraftRequest{history, k_max, options.sampling, rng});
+        stats.draft_seconds = detail::seconds_since(draft_start);
+        if (draft.size() > k_max) {
+            std::ostringstream message;
+            message << "the drafter proposed " << draft.size() << " tokens when at most " << k_max
+                    << " were requested";
+            throw Error(message.str());
+        }
+        detail::check_draft_tokens(draft, target.vocab_size());
+        const std::size_t k = draft.size();
+        stats.draft_forward_passes = draft.forward_passes;
+        stats.draft_tokens_proposed = k;
+        for (std::size_t i = 0; i < k; ++i) ++stats.proposed_at_position[i];
+
+        // One target pass over [uncached history..., drafts...].
+        const std::span<const Token> uncached = target_.uncached_suffix(history);
+        feed_.assign(uncached.begin(), uncached.end());
+        feed_.insert(feed_.end(), draft.tokens.begin(), draft.tokens.end());
+        stats.target_tokens = feed_.size();
+        AcceptanceResult verdict;
+        if constexpr (DeviceVerifyingLM<Target, Rule>) {
+            auto verify_start = detail::Clock::now();
+            verdict = target_.forward_and_verify(feed_, draft, options.sampling, rng, committed, rule_);
+            stats.target_seconds = detail::seconds_since(verify_start);
+            stats.device_verified_steps = 1;
+        } else {
+            auto forward_start = detail::Clock::now();
+            const LogitsView logits = target_.forward(feed_);
+            stats.target_seconds = detail::seconds_since(forward_start);
+            auto accept_start = detail::Clock::now();
+            verdict = detail::verify_on_host(logits, draft, options.sampling, rng, committed, scratch_, rule_);
+            stats.acceptance_seconds = detail::seconds_since(accept_start);
+        }
+        stats.target_forward_passes = 1;
+        if (verdict.accepted > k) throw Error("acceptance rule accepted more drafts than were proposed");
+
+        // Roll the target back to the accepted prefix; the next token stays
+        // pending (it is fed at the start of the next pass).
+        target_.truncate(committed + verdict.accepted);
+        step_tokens_.assign(draft.tokens.begin(), draft.tokens.begin() + static_cast<std::ptrdiff_t>(verdict.accepted));
+        step_tokens_.push_back(verdict.next_token);
+        const std::size_t emitted =
+            detail::emit_tokens(std::span<const Token>(step_tokens_), options.stop_tokens, on_token, history,
+                                result.tokens, result.stop);
+        const std::size_t accepted_emitted = std::min(emitted, verdict.accepted);
+        stats.draft_tokens_accepted = accepted_emitted;
+        for (std::size_t i = 0; i < accepted_emitted; ++i) ++stats.accepted_at_position[i];
+        stats.generated_tokens = emitted;
         stats.total_seconds = detail::seconds_since(start);
         return result;
+    }
+
+    // Empties both KV caches and the committed sequence.
+    void reset() {
+        target_.reset();
+        drafter_.reset();
+        this->sequence_.clear();
     }
 
 private:
     typename detail::DrafterFor<Draft>::type drafter_;
     detail::KvSync<Target> target_;
-    DecodingOptions options_;
     Rule rule_;
     std::vector<float> scratch_;
+    std::vector<Token> feed_, step_tokens_;
 };
 
 }  // namespace specdec

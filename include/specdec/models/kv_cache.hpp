@@ -35,7 +35,7 @@ public:
 
     void set_size(std::size_t positions) {
         if (positions > capacity_) {
-            throw Error("specdec: KV cache of " + std::to_string(capacity_) + " positions cannot hold " +
+            throw Error("KV cache of " + std::to_string(capacity_) + " positions cannot hold " +
                         std::to_string(positions));
         }
         size_ = positions;

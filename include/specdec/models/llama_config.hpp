@@ -28,7 +28,7 @@ struct LlamaConfig {
 
     // Throws specdec::Error naming the first inconsistent field.
     void validate() const {
-        auto fail = [](const std::string& what) { throw Error("specdec: invalid Llama config: " + what); };
+        auto fail = [](const std::string& what) { throw Error("invalid Llama config: " + what); };
         if (vocab_size == 0) fail("vocab_size is 0");
         if (context_length == 0) fail("context_length is 0");
         if (embedding_dim == 0) fail("embedding_dim is 0");

@@ -18,7 +18,7 @@ namespace specdec {
 namespace detail {
 
 [[noreturn]] inline void gguf_model_error(const gguf::File& file, const std::string& message) {
-    throw Error("specdec: " + file.path().string() + ": " + message);
+    throw Error(file.path().string() + ": " + message);
 }
 
 inline WeightType weight_type_of(const gguf::File& file, const gguf::TensorInfo& tensor) {

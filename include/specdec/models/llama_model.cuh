@@ -179,7 +179,7 @@ public:
     // overwrites the discarded positions.
     void truncate(std::size_t positions) {
         if (positions > state_->cached) {
-            throw Error("specdec::cuda: truncate(" + std::to_string(positions) + ") beyond the " +
+            throw Error("cuda backend: truncate(" + std::to_string(positions) + ") beyond the " +
                         std::to_string(state_->cached) + " cached positions of " + name_);
         }
         state_->cached = positions;
@@ -209,7 +209,7 @@ public:
                                         std::uint64_t first_position, TokenwiseRejection /*rule*/ = {}) {
         const std::size_t rows = draft.size() + 1;
         if (tokens.size() < rows) {
-            throw Error("specdec::cuda: forward_and_verify needs the pending token and the " +
+            throw Error("cuda backend: forward_and_verify needs the pending token and the " +
                         std::to_string(draft.size()) + " drafts (" + std::to_string(rows) + " tokens), got " +
                         std::to_string(tokens.size()));
         }
@@ -241,7 +241,7 @@ private:
         const LlamaConfig& c = s.weights.config;
         c.validate();
         if (c.head_dim() % 2 != 0 || c.head_dim() > static_cast<std::size_t>(detail::kMaxHeadDim)) {
-            throw Error("specdec::cuda: head size " + std::to_string(c.head_dim()) +
+            throw Error("cuda backend: head size " + std::to_string(c.head_dim()) +
                         " is not supported: expected an even size of at most " + std::to_string(detail::kMaxHeadDim));
         }
         s.capacity = options.max_context == 0 ? c.context_length : std::min(options.max_context, c.context_length);
@@ -271,12 +271,12 @@ private:
         const std::size_t vocab = vocab_size();
         for (std::size_t i = 0; i < tokens.size(); ++i) {
             if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= vocab) {
-                throw Error("specdec::cuda: " + name_ + ": token id " + std::to_string(tokens[i]) + " at index " +
+                throw Error("cuda backend: " + name_ + ": token id " + std::to_string(tokens[i]) + " at index " +
                             std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
             }
         }
         if (state_->cached + tokens.size() > state_->capacity) {
-            throw Error("specdec::cuda: " + name_ + ": forward of " + std::to_string(tokens.size()) + " tokens after " +
+            throw Error("cuda backend: " + name_ + ": forward of " + std::to_string(tokens.size()) + " tokens after " +
                         std::to_string(state_->cached) + " cached positions overflows the context length " +
                         std::to_string(state_->capacity));
         }

@@ -77,7 +77,7 @@ public:
 
     void truncate(std::size_t positions) {
         if (positions > cache_.size()) {
-            throw Error("specdec: truncate(" + std::to_string(positions) + ") beyond the " + std::to_string(cache_.size()) +
+            throw Error("truncate(" + std::to_string(positions) + ") beyond the " + std::to_string(cache_.size()) +
                         " cached positions of " + name_);
         }
         cache_.set_size(positions);
@@ -90,12 +90,12 @@ public:
         const std::size_t past = cache_.size();
         for (std::size_t i = 0; i < n; ++i) {
             if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= c.vocab_size) {
-                throw Error("specdec: " + name_ + ": token id " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
+                throw Error("" + name_ + ": token id " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
                             " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
             }
         }
         if (past + n > cache_.capacity()) {
-            throw Error("specdec: " + name_ + ": forward of " + std::to_string(n) + " tokens after " + std::to_string(past) +
+            throw Error("" + name_ + ": forward of " + std::to_string(n) + " tokens after " + std::to_string(past) +
                         " cached positions overflows the context length " + std::to_string(cache_.capacity()));
         }
         if (n == 0) return LogitsView{logits_.data(), 0, c.vocab_size, c.vocab_size};

@@ -40,9 +40,9 @@ struct LlamaWeights {
         config.validate();
         const std::size_t dim = config.embedding_dim, kv = config.kv_dim(), ffn = config.feed_forward_dim;
         auto check_matrix = [](const WeightMatrix& w, std::size_t rows, std::size_t cols, const std::string& name) {
-            if (w.data == nullptr) throw Error("specdec: Llama weights: tensor " + name + " is missing");
+            if (w.data == nullptr) throw Error("Llama weights: tensor " + name + " is missing");
             if (w.rows != rows || w.cols != cols) {
-                throw Error("specdec: Llama weights: tensor " + name + " has shape " + std::to_string(w.rows) + "x" +
+                throw Error("Llama weights: tensor " + name + " has shape " + std::to_string(w.rows) + "x" +
                             std::to_string(w.cols) + " (rows x columns), expected " + std::to_string(rows) + "x" +
                             std::to_string(cols) + " from the config");
             }
@@ -50,7 +50,7 @@ struct LlamaWeights {
         };
         auto check_norm = [&](const std::vector<float>& v, const std::string& name) {
             if (v.size() != dim) {
-                throw Error("specdec: Llama weights: norm " + name + " has " + std::to_string(v.size()) +
+                throw Error("Llama weights: norm " + name + " has " + std::to_string(v.size()) +
                             " values, expected embedding_dim " + std::to_string(dim));
             }
         };
@@ -58,7 +58,7 @@ struct LlamaWeights {
         check_matrix(output, config.vocab_size, dim, "output");
         check_norm(output_norm, "output_norm");
         if (layers.size() != config.layer_count) {
-            throw Error("specdec: Llama weights: " + std::to_string(layers.size()) + " layers, config says " +
+            throw Error("Llama weights: " + std::to_string(layers.size()) + " layers, config says " +
                         std::to_string(config.layer_count));
         }
         for (std::size_t i = 0; i < layers.size(); ++i) {

@@ -66,10 +66,10 @@ inline Token argmax_token(std::span<const float> logits) {
 template <CausalLM Target, CausalLM Draft>
 PairStatistics measure_pair(Target& target, Draft& draft, const PairStatisticsOptions& options = {}) {
     if (target.vocab_size() != draft.vocab_size()) {
-        throw Error("specdec: measure_pair: target vocabulary " + std::to_string(target.vocab_size()) +
+        throw Error("measure_pair: target vocabulary " + std::to_string(target.vocab_size()) +
                     " differs from draft vocabulary " + std::to_string(draft.vocab_size()));
     }
-    if (options.positions == 0) throw Error("specdec: measure_pair: positions must be positive");
+    if (options.positions == 0) throw Error("measure_pair: positions must be positive");
     PairStatistics stats;
     stats.positions = options.positions;
     std::vector<double> p, q;

@@ -155,7 +155,7 @@ struct SyntheticOptions {
         s.residual_scale = 0.05f;
         s.early_exit_layers = 1;
     } else {
-        throw Error("specdec: unknown synthetic model size \"" + std::string(size) + "\" (expected \"tiny\" or \"100m\")");
+        throw Error("unknown synthetic model size \"" + std::string(size) + "\" (expected \"tiny\" or \"100m\")");
     }
     return s;
 }
@@ -250,7 +250,7 @@ inline SyntheticShape resolved_shape(const SyntheticOptions& options) {
     if (options.logit_std) shape.logit_std = *options.logit_std;
     if (options.residual_scale) shape.residual_scale = *options.residual_scale;
     if (shape.early_exit_layers == 0 || shape.early_exit_layers > shape.config.layer_count) {
-        throw Error("specdec: synthetic early_exit_layers " + std::to_string(shape.early_exit_layers) + " must be in [1, " +
+        throw Error("synthetic early_exit_layers " + std::to_string(shape.early_exit_layers) + " must be in [1, " +
                     std::to_string(shape.config.layer_count) + "]");
     }
     return shape;

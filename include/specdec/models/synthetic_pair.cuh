@@ -68,7 +68,7 @@ inline SyntheticShape resolved_cuda_shape(const CudaSyntheticOptions& options) {
     if (options.logit_std > 0.0f) shape.logit_std = options.logit_std;
     if (options.draft_layers > 0) shape.early_exit_layers = options.draft_layers;
     if (shape.early_exit_layers == 0 || shape.early_exit_layers > shape.config.layer_count) {
-        throw Error("specdec::cuda: synthetic draft layers " + std::to_string(shape.early_exit_layers) +
+        throw Error("cuda backend: synthetic draft layers " + std::to_string(shape.early_exit_layers) +
                     " must be in [1, " + std::to_string(shape.config.layer_count) + "]");
     }
     return shape;

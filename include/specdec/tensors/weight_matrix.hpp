@@ -40,12 +40,12 @@ enum class WeightType : std::uint8_t { f32, f16, bf16, q8_0, q4_0 };
         case WeightType::q8_0:
         case WeightType::q4_0:
             if (cols % cpu::kQuantBlock != 0) {
-                throw Error(std::string("specdec: a ") + weight_type_name(type) + " row needs a multiple of 32 values, got " +
+                throw Error(std::string("a ") + weight_type_name(type) + " row needs a multiple of 32 values, got " +
                             std::to_string(cols));
             }
             return cols / cpu::kQuantBlock * (type == WeightType::q8_0 ? sizeof(cpu::BlockQ8_0) : sizeof(cpu::BlockQ4_0));
     }
-    throw Error("specdec: unknown weight type");
+    throw Error("unknown weight type");
 }
 
 struct WeightMatrix {

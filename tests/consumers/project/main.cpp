@@ -21,7 +21,7 @@ struct CountingModel {  // logits favour (last token + 1) mod vocab
 
 int main() {
     CountingModel target, draft;
-    specdec::SpeculativeDecoder decoder(draft, target, {.draft_tokens = 3, .sampling = {.temperature = 0.0}, .max_new_tokens = 8});
+    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), {.draft_tokens = 3, .sampling = {.temperature = 0.0}, .max_new_tokens = 8});
     const auto result = decoder.generate(std::vector<specdec::Token>{3});
     for (const auto token : result.tokens) std::printf("%d ", token);
     std::printf("\n");

@@ -160,11 +160,11 @@ public:
         validate(sampling);
         const std::size_t k = draft.size();
         if (k > kMaxDraftTokens) {
-            throw Error("specdec::cuda: device verification supports at most " + std::to_string(kMaxDraftTokens) +
+            throw Error("cuda backend: device verification supports at most " + std::to_string(kMaxDraftTokens) +
                         " draft tokens per step, got " + std::to_string(k));
         }
         if (rows < k + 1) {
-            throw Error("specdec::cuda: verification needs k + 1 = " + std::to_string(k + 1) +
+            throw Error("cuda backend: verification needs k + 1 = " + std::to_string(k + 1) +
                         " logits rows, got " + std::to_string(rows));
         }
         ::specdec::detail::check_rows(draft, k + 1, vocab);
@@ -214,7 +214,7 @@ private:
                 throw Error("target model logits are -inf for every token" + where + ": no token can be sampled");
             case detail::device_no_mass:
                 throw Error("cannot sample from a distribution with no positive mass" + where);
-            default: throw Error("specdec::cuda: unknown device verification error " + std::to_string(status.error));
+            default: throw Error("cuda backend: unknown device verification error " + std::to_string(status.error));
         }
     }
 

@@ -21,12 +21,12 @@ namespace detail {
 inline void require_device(const char* who) {
     const cudaError_t status = device_status();
     if (status != cudaSuccess)
-        throw Error(std::string("specdec::cuda: ") + who + " needs a GPU: no CUDA device: " + cudaGetErrorString(status));
+        throw Error(std::string("cuda backend: ") + who + " needs a GPU: no CUDA device: " + cudaGetErrorString(status));
 }
 
 [[noreturn]] inline void throw_allocation_error(const char* kind, std::size_t bytes, cudaError_t status) {
     (void)cudaGetLastError();
-    throw Error("specdec::cuda: cannot allocate " + std::to_string(bytes) + " bytes of " + kind + ": " +
+    throw Error("cuda backend: cannot allocate " + std::to_string(bytes) + " bytes of " + kind + ": " +
                 cudaGetErrorString(status) +
                 (status == cudaErrorMemoryAllocation ? " (the device is out of memory)" : ""));
 }

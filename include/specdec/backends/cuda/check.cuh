@@ -14,7 +14,7 @@ namespace specdec::cuda::detail {
 [[noreturn]] inline void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
     // Clear the (non-sticky) error so that later calls do not report it again.
     (void)cudaGetLastError();
-    std::string message = "specdec::cuda: " + std::string(call) + " failed with " + cudaGetErrorName(status) + " (" +
+    std::string message = "cuda backend: " + std::string(call) + " failed with " + cudaGetErrorName(status) + " (" +
                           cudaGetErrorString(status) + ") at " + file + ":" + std::to_string(line);
     if (status == cudaErrorMemoryAllocation) message += ": the device is out of memory";
     throw Error(message);
@@ -37,7 +37,7 @@ namespace specdec::cuda::detail {
 }
 
 [[noreturn]] inline void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
-    throw Error("specdec::cuda: " + std::string(call) + " failed with " + cublas_status_name(status) + " at " + file +
+    throw Error("cuda backend: " + std::string(call) + " failed with " + cublas_status_name(status) + " at " + file +
                 ":" + std::to_string(line));
 }
 

@@ -70,7 +70,7 @@ decltype(auto) dispatch_precision(Precision precision, Fn&& fn) {
         case Precision::f16: return fn.template operator()<__half>();
         case Precision::bf16: return fn.template operator()<__nv_bfloat16>();
     }
-    throw Error("specdec::cuda: unknown precision");
+    throw Error("cuda backend: unknown precision");
 }
 
 }  // namespace detail

@@ -1,0 +1,86 @@
+#pragma once
+// What the speculative and the autoregressive decoder share: the committed
+// token sequence of a session and generate() built on prefill() + step().
+#include <cstddef>
+#include <limits>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "specdec/core/error.hpp"
+#include "specdec/core/types.hpp"
+#include "specdec/decoding/decoding_options.hpp"
+
+namespace specdec::detail {
+
+// Decoder provides
+//   GenerationStats prefill(std::span<const Token> prompt);
+//   StepResult step(std::size_t max_tokens, OnToken& on_token);
+template <class Decoder>
+class DecoderSession {
+public:
+    [[nodiscard]] const DecodingOptions& options() const { return options_; }
+
+    // The committed sequence: the last prompt given to prefill()/generate() and
+    // every token emitted since.
+    [[nodiscard]] std::span<const Token> sequence() const { return sequence_; }
+
+    // prefill(prompt), then step() until options().max_new_tokens tokens were
+    // emitted, a stop token was emitted (it is included), on_token returned
+    // false, or the target's context is full. on_token(Token) is called for each
+    // token as it is committed; it returns void, or bool where false stops.
+    //
+    // KV caches: both models keep the longest common prefix of the new prompt
+    // and the previous sequence, and only the rest of the prompt is computed; a
+    // chat that sends the whole conversation each turn runs each token once.
+    // After the call the target's cache holds sequence()[0 .. size - 1): the
+    // last emitted token is pending and is fed by the next pass. If an exception
+    // escapes (bad prompt, model error), the caches are consistent with the
+    // models' cached_tokens() but may hold less than before; the next call
+    // recomputes what is missing.
+    template <class OnToken = IgnoreTokens>
+    GenerationResult generate(std::span<const Token> prompt, OnToken&& on_token = {}) {
+        const auto start = Clock::now();
+        GenerationResult result;
+        result.stats = self().prefill(prompt);
+        while (true) {
+            const std::size_t remaining = options_.max_new_tokens - result.tokens.size();
+            StepResult step = self().step(remaining, on_token);
+            result.tokens.insert(result.tokens.end(), step.tokens.begin(), step.tokens.end());
+            result.stats += step.stats;
+            if (step.stop) {
+                result.stop_reason = *step.stop;
+                break;
+            }
+            if (result.tokens.size() >= options_.max_new_tokens) {
+                result.stop_reason = StopReason::max_new_tokens;
+                break;
+            }
+        }
+        result.stats.total_seconds = seconds_since(start);
+        return result;
+    }
+
+protected:
+    explicit DecoderSession(DecodingOptions options) : options_(std::move(options)) {}
+
+    static constexpr std::size_t kUnlimited = std::numeric_limits<std::size_t>::max();
+
+    // Validates a prompt and makes it the committed sequence.
+    void start_sequence(std::span<const Token> prompt, std::size_t vocab, std::size_t context_length) {
+        check_prompt(prompt, vocab, context_length);
+        sequence_.assign(prompt.begin(), prompt.end());
+    }
+
+    void require_sequence() const {
+        if (sequence_.empty()) throw Error("step() has no sequence to extend: call prefill(prompt) first");
+    }
+
+    DecodingOptions options_;
+    std::vector<Token> sequence_;
+
+private:
+    Decoder& self() { return static_cast<Decoder&>(*this); }
+};
+
+}  // namespace specdec::detail
