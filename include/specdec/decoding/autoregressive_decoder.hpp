@@ -29,20 +29,7 @@ public:
     // As SpeculativeDecoder::prefill: the target keeps the longest common
     // prefix of its cache and the prompt and computes the rest but the last
     // token. After the call: the target's cache holds prompt[0 .. n - 1).
-    GenerationStats prefill(std::span<const Token> prompt) {
-        const auto start = detail::Clock::now();
-        Target& model = target_.model();
-        this->start_sequence(prompt, model.vocab_size(), model.context_length());
-        GenerationStats stats;
-        stats.prompt_tokens = prompt.size();
-        const std::span<const Token> uncached = target_.uncached_suffix(this->sequence_);
-        if (uncached.size() > 1) {
-            (void)target_.forward(uncached.first(uncached.size() - 1));
-            stats.prefill_tokens = stats.target_tokens = uncached.size() - 1;
-        }
-        stats.prefill_seconds = detail::seconds_since(start);
-        return stats;
-    }
+    GenerationStats prefill(std::span<const Token> prompt) { return this->prefill_target(target_, prompt); }
 
     // One target pass over the pending token; samples and commits one token.
     // Returns stop = context_full (and no token) when the cache has no room,

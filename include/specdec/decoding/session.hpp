@@ -10,6 +10,7 @@
 #include "specdec/core/error.hpp"
 #include "specdec/core/types.hpp"
 #include "specdec/decoding/decoding_options.hpp"
+#include "specdec/decoding/kv_sync.hpp"
 
 namespace specdec::detail {
 
@@ -66,10 +67,23 @@ protected:
 
     static constexpr std::size_t kUnlimited = std::numeric_limits<std::size_t>::max();
 
-    // Validates a prompt and makes it the committed sequence.
-    void start_sequence(std::span<const Token> prompt, std::size_t vocab, std::size_t context_length) {
-        check_prompt(prompt, vocab, context_length);
+    // Validates a prompt, makes it the committed sequence and runs the target
+    // over it but its last token, reusing the longest common prefix already
+    // in the target's cache. The returned stats count what was computed.
+    template <class Model>
+    GenerationStats prefill_target(KvSync<Model>& target, std::span<const Token> prompt) {
+        const auto start = Clock::now();
+        check_prompt(prompt, target.model().vocab_size(), target.model().context_length());
         sequence_.assign(prompt.begin(), prompt.end());
+        GenerationStats stats;
+        stats.prompt_tokens = prompt.size();
+        const std::span<const Token> uncached = target.uncached_suffix(sequence_);
+        if (uncached.size() > 1) {
+            (void)target.forward(uncached.first(uncached.size() - 1));
+            stats.prefill_tokens = stats.target_tokens = uncached.size() - 1;
+        }
+        stats.prefill_seconds = seconds_since(start);
+        return stats;
     }
 
     void require_sequence() const {

@@ -101,17 +101,7 @@ public:
     // After the call: the target's cache holds prompt[0 .. n - 1).
     GenerationStats prefill(std::span<const Token> prompt) {
         const auto start = detail::Clock::now();
-        Target& target = target_.model();
-        this->start_sequence(prompt, target.vocab_size(), target.context_length());
-        GenerationStats stats;
-        stats.prompt_tokens = prompt.size();
-        const std::span<const Token> uncached = target_.uncached_suffix(this->sequence_);
-        const std::span<const Token> to_compute = uncached.first(uncached.size() - 1);
-        if (!to_compute.empty()) {
-            (void)target_.forward(to_compute);
-            stats.prefill_tokens = to_compute.size();
-            stats.target_tokens = to_compute.size();
-        }
+        GenerationStats stats = this->prefill_target(target_, prompt);
         drafter_.prefill(this->sequence_);
         stats.prefill_seconds = detail::seconds_since(start);
         return stats;
