@@ -85,48 +85,47 @@ struct SyntheticOptions {
     std::shared_ptr<cpu::ThreadPool> thread_pool;     // share one pool between target and draft
 };
 
+namespace detail {
+
+// Looks `size` up in a table of named shapes; throws naming the known ones.
+template <std::size_t N>
+[[nodiscard]] SyntheticShape find_synthetic_shape(std::string_view size, const SyntheticShape (&shapes)[N]) {
+    std::string known;
+    for (const SyntheticShape& shape : shapes) {
+        if (shape.size == size) return shape;
+        known += (known.empty() ? "\"" : ", \"") + shape.size + "\"";
+    }
+    throw Error("unknown synthetic model size \"" + std::string(size) + "\"; expected one of " + known);
+}
+
+}  // namespace detail
+
 // The named sizes. Throws specdec::Error for an unknown name.
 [[nodiscard]] inline SyntheticShape synthetic_shape(std::string_view size) {
-    SyntheticShape s;
-    s.size = std::string(size);
-    LlamaConfig& c = s.config;
-    if (size == "tiny") {
+    static const SyntheticShape shapes[] = {
         // ~0.5M parameters, grouped-query attention: fast enough for unit tests.
-        c.vocab_size = 512;
-        c.context_length = 512;
-        c.embedding_dim = 96;
-        c.layer_count = 4;
-        c.head_count = 4;
-        c.kv_head_count = 2;
-        c.feed_forward_dim = 256;
-        s.storage = WeightType::f32;
-        s.logit_std = 4.0f;
-        s.residual_scale = 0.25f;
-        s.early_exit_layers = 2;
-    } else if (size == "100m") {
+        {.size = "tiny",
+         .config = {.vocab_size = 512, .context_length = 512, .embedding_dim = 96, .layer_count = 4,
+                    .head_count = 4, .kv_head_count = 2, .feed_forward_dim = 256},
+         .storage = WeightType::f32,
+         .logit_std = 4.0f,
+         .residual_scale = 0.25f,
+         .early_exit_layers = 2},
         // The stories110M shape (llama2.c) with an untied head: the same bytes
-        // per decoded token as a real 110M F16 Llama.
-        c.vocab_size = 32000;
-        c.context_length = 2048;
-        c.embedding_dim = 768;
-        c.layer_count = 12;
-        c.head_count = 12;
-        c.kv_head_count = 12;
-        c.feed_forward_dim = 2048;
-        s.storage = WeightType::f16;
-        // A small residual scale, as the CUDA sizes use: each layer refines
-        // the residual stream a little (like a trained model's later layers),
-        // so a one-layer early exit approximates the full stack the way a
-        // distilled draft does (acceptance ~0.83 at temperature 1) while the
-        // target keeps a peaked, varied next-token distribution. With 0.12
-        // a 6/12 early exit was accepted at only 0.72; with 0.25, 3/12 at 0.35.
-        s.logit_std = 5.0f;
-        s.residual_scale = 0.05f;
-        s.early_exit_layers = 1;
-    } else {
-        throw Error("unknown synthetic model size \"" + std::string(size) + "\" (expected \"tiny\" or \"100m\")");
-    }
-    return s;
+        // per decoded token as a real 110M F16 Llama. A small residual scale,
+        // as the CUDA sizes use: each layer refines the residual stream a
+        // little (like a trained model's later layers), so a one-layer early
+        // exit approximates the full stack the way a distilled draft does,
+        // while the target keeps a peaked, varied next-token distribution.
+        {.size = "100m",
+         .config = {.vocab_size = 32000, .context_length = 2048, .embedding_dim = 768, .layer_count = 12,
+                    .head_count = 12, .kv_head_count = 12, .feed_forward_dim = 2048},
+         .storage = WeightType::f16,
+         .logit_std = 5.0f,
+         .residual_scale = 0.05f,
+         .early_exit_layers = 1},
+    };
+    return detail::find_synthetic_shape(size, shapes);
 }
 
 namespace detail {

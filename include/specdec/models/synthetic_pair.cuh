@@ -18,35 +18,29 @@ namespace specdec::cuda {
 // "tiny" and "100m" are models/synthetic.hpp's shapes; "1b" and "3b" exist only here.
 [[nodiscard]] inline SyntheticShape cuda_synthetic_shape(std::string_view size) {
     if (size != "1b" && size != "3b") return synthetic_shape(size);
-    SyntheticShape s;
-    s.size = std::string(size);
-    LlamaConfig& c = s.config;
-    c.vocab_size = 32000;
-    c.context_length = 4096;
-    if (size == "1b") {
-        // ~1.2B parameters (TinyLlama-like widths, 16 layers).
-        c.embedding_dim = 2048;
-        c.layer_count = 16;
-        c.head_count = 32;
-        c.kv_head_count = 8;
-        c.feed_forward_dim = 8192;
-    } else {
-        // ~2.8B parameters (Llama-3.2-3B-like widths, 26 layers).
-        c.embedding_dim = 3072;
-        c.layer_count = 26;
-        c.head_count = 24;
-        c.kv_head_count = 8;
-        c.feed_forward_dim = 8192;
-    }
-    s.storage = WeightType::f16;
     // Deep random stacks drift far from what their first layer computes; a
     // small residual scale keeps a one-layer early exit meaningful (larger
     // scales lower the early exit's acceptance quickly: measure_pair() in
     // pair_statistics.hpp shows it on a scaled-down analog on the CPU).
-    s.residual_scale = 0.05f;
-    s.logit_std = 4.0f;
-    s.early_exit_layers = 1;
-    return s;
+    static const SyntheticShape shapes[] = {
+        // ~1.2B parameters (TinyLlama-like widths, 16 layers).
+        {.size = "1b",
+         .config = {.vocab_size = 32000, .context_length = 4096, .embedding_dim = 2048, .layer_count = 16,
+                    .head_count = 32, .kv_head_count = 8, .feed_forward_dim = 8192},
+         .storage = WeightType::f16,
+         .logit_std = 4.0f,
+         .residual_scale = 0.05f,
+         .early_exit_layers = 1},
+        // ~2.8B parameters (Llama-3.2-3B-like widths, 26 layers).
+        {.size = "3b",
+         .config = {.vocab_size = 32000, .context_length = 4096, .embedding_dim = 3072, .layer_count = 26,
+                    .head_count = 24, .kv_head_count = 8, .feed_forward_dim = 8192},
+         .storage = WeightType::f16,
+         .logit_std = 4.0f,
+         .residual_scale = 0.05f,
+         .early_exit_layers = 1},
+    };
+    return detail::find_synthetic_shape(size, shapes);
 }
 
 struct CudaSyntheticOptions {
