@@ -37,8 +37,7 @@ public:
     // After the call: the target's cache holds sequence()[0 .. size - 1).
     template <class OnToken = detail::IgnoreTokens>
     StepResult step(std::size_t max_tokens = Session::kUnlimited, OnToken&& on_token = {}) {
-        this->require_sequence();
-        if (max_tokens == 0) throw Error("step(max_tokens = 0): expected at least 1 token to emit");
+        this->check_step(max_tokens);
         const auto start = detail::Clock::now();
         StepResult result;
         std::vector<Token>& history = this->sequence_;

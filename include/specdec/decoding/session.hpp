@@ -86,8 +86,9 @@ protected:
         return stats;
     }
 
-    void require_sequence() const {
+    void check_step(std::size_t max_tokens) const {
         if (sequence_.empty()) throw Error("step() has no sequence to extend: call prefill(prompt) first");
+        if (max_tokens == 0) throw Error("step(max_tokens = 0): expected at least 1 token to emit");
     }
 
     DecodingOptions options_;
