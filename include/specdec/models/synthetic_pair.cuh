@@ -40,7 +40,7 @@ namespace specdec::cuda {
          .residual_scale = 0.05f,
          .early_exit_layers = 1},
     };
-    return detail::find_synthetic_shape(size, shapes);
+    return ::specdec::detail::find_synthetic_shape(size, shapes);
 }
 
 struct CudaSyntheticOptions {
