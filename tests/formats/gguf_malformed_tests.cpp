@@ -216,10 +216,18 @@ TEST_CASE("Malformed tensor infos are reported with the tensor they concern", "[
         writer.add_raw_tensor(raw_f32("huge", {std::uint64_t{1} << 62, 4}, 1));
         require_open_error(dir.write("int64.gguf", writer.bytes()), "overflowing element count");
     }
-    SECTION("unknown tensor type") {
-        writer.add_raw_tensor(RawTensor{"k_quant", 12, {256}, floats_bytes(64), std::nullopt});
-        require_open_error(dir.write("q4k.gguf", writer.bytes()),
-                           "unsupported tensor type 12 (q4_K) of tensor 'k_quant'");
+    SECTION("a ggml tensor type this library does not compute with") {
+        // One line: the tensor, the type by id and ggml name, and the supported types.
+        const std::string supported =
+            "; supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K";
+        writer.add_raw_tensor(RawTensor{"k_quant", 10, {256}, std::vector<std::byte>(84), std::nullopt});
+        const auto q2k = dir.write("q2k.gguf", writer.bytes());
+        require_open_error(q2k, "unsupported tensor type 10 (q2_K) of tensor 'k_quant'" + supported);
+        CHECK(specdec::test::open_error(q2k).find('\n') == std::string::npos);
+        Writer iq_writer;
+        iq_writer.add_raw_tensor(RawTensor{"iq", 16, {256}, std::vector<std::byte>(66), std::nullopt});
+        require_open_error(dir.write("iq2.gguf", iq_writer.bytes()),
+                           "unsupported tensor type 16 (iq2_xxs) of tensor 'iq'" + supported);
     }
     SECTION("a tensor type id ggml never had") {
         writer.add_raw_tensor(RawTensor{"alien", 1000, {4}, floats_bytes(4), std::nullopt});
@@ -228,6 +236,12 @@ TEST_CASE("Malformed tensor infos are reported with the tensor they concern", "[
     SECTION("quantised rows that are not whole blocks") {
         writer.add_raw_tensor(RawTensor{"q", 8, {48, 2}, std::vector<std::byte>(3 * 34), std::nullopt});
         require_open_error(dir.write("block.gguf", writer.bytes()), "not a multiple of the block size 32");
+    }
+    SECTION("K-quant rows that are not whole super-blocks") {
+        // 384 values are 12 blocks of 32 but one and a half super-blocks of 256.
+        writer.add_raw_tensor(RawTensor{"k", 12, {384, 2}, std::vector<std::byte>(3 * 144), std::nullopt});
+        require_open_error(dir.write("superblock.gguf", writer.bytes()),
+                           "tensor 'k' of type q4_K has rows of 384 elements, not a multiple of the block size 256");
     }
     SECTION("duplicate tensor name") {
         writer.add_raw_tensor(raw_f32("ok", {8}, 8));

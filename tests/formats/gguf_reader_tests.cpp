@@ -208,7 +208,14 @@ TEST_CASE("Type traits give the block layout of each supported tensor type", "[g
     CHECK(type_traits(TensorType::q4_0).block_elements == 32);
     CHECK(type_traits(TensorType::q4_0).block_bytes == 18);
     CHECK(std::string(type_traits(TensorType::q4_0).name) == "q4_0");
-    CHECK(error_of([] { (void)type_traits(static_cast<TensorType>(12)); }).find("unsupported tensor type 12 (q4_K)") !=
+    CHECK(type_traits(TensorType::q4_K).block_elements == 256);
+    CHECK(type_traits(TensorType::q4_K).block_bytes == 144);
+    CHECK(type_traits(TensorType::q5_K).block_bytes == 176);
+    CHECK(type_traits(TensorType::q6_K).block_bytes == 210);
+    CHECK(type_traits(TensorType::q4_1).block_bytes == 20);
+    CHECK(type_traits(TensorType::q5_0).block_bytes == 22);
+    CHECK(type_traits(TensorType::q5_1).block_bytes == 24);
+    CHECK(error_of([] { (void)type_traits(static_cast<TensorType>(10)); }).find("unsupported tensor type 10 (q2_K)") !=
           std::string::npos);
 }
 

@@ -76,9 +76,11 @@ TEST_CASE("truncate then re-forward gives the logits of a fresh model fed the sa
 
 TEST_CASE("the SIMD matrix kernels agree with the scalar kernels", "[model]") {
     // Row lengths with and without a tail beyond the 32-value chunks (dense types only).
-    const WeightType type = GENERATE(WeightType::f32, WeightType::f16, WeightType::bf16, WeightType::q8_0, WeightType::q4_0);
+    const WeightType type = GENERATE(WeightType::f32, WeightType::f16, WeightType::bf16, WeightType::q8_0, WeightType::q4_0,
+                                     WeightType::q4_1, WeightType::q5_0, WeightType::q5_1, WeightType::q4_k, WeightType::q5_k,
+                                     WeightType::q6_k);
     const std::size_t cols = GENERATE(std::size_t{64}, std::size_t{172}, std::size_t{256});
-    if (specdec::is_block_quantized(type) && cols % 32 != 0) return;
+    if (cols % specdec::weight_block_elements(type) != 0) return;
     INFO(specdec::weight_type_name(type) << " with " << cols << " columns");
     const std::size_t rows = 23;
     const std::size_t row_bytes = specdec::weight_row_bytes(type, cols);
@@ -99,11 +101,9 @@ TEST_CASE("the SIMD matrix kernels agree with the scalar kernels", "[model]") {
             // Both kernels round the activations to Q8 blocks and sum the same integers.
             specdec::cpu::Q8Activations qx;
             specdec::cpu::quantize_activations(x.data(), cols, n, cols, qx);
-            if (type == WeightType::q8_0) {
-                specdec::cpu::detail::quant_matmul_rows_scalar<WeightType::q8_0>(w, 0, rows, qx, n, scalar.data(), rows, true);
-            } else {
-                specdec::cpu::detail::quant_matmul_rows_scalar<WeightType::q4_0>(w, 0, rows, qx, n, scalar.data(), rows, true);
-            }
+            specdec::cpu::detail::dispatch_quantized(type, [&]<WeightType T>() {
+                specdec::cpu::detail::quant_matmul_rows_scalar<T>(w, 0, rows, qx, n, scalar.data(), rows, true);
+            });
         } else {
             specdec::cpu::detail::matmul_rows_scalar(w, 0, rows, x.data(), cols, n, scalar.data(), rows, true);
         }
@@ -124,7 +124,9 @@ TEST_CASE("each column of a matrix product is bitwise the same whatever the batc
     // (row, column) sum must still be the same chain of operations, so that a
     // verify pass reproduces the single-token logits exactly (greedy
     // speculative decoding then equals greedy decoding even at near-ties).
-    const WeightType type = GENERATE(WeightType::f32, WeightType::f16, WeightType::bf16, WeightType::q8_0, WeightType::q4_0);
+    const WeightType type = GENERATE(WeightType::f32, WeightType::f16, WeightType::bf16, WeightType::q8_0, WeightType::q4_0,
+                                     WeightType::q4_1, WeightType::q5_0, WeightType::q5_1, WeightType::q4_k, WeightType::q5_k,
+                                     WeightType::q6_k);
     const std::size_t cols = specdec::is_block_quantized(type) ? 256 : 172;
     INFO(specdec::weight_type_name(type));
     const std::size_t rows = 37;

@@ -599,7 +599,8 @@ private:
             const std::uint32_t type_id = cursor.read_u32("type of " + tensor_label);
             if (!detail::is_supported_tensor_type(type_id)) {
                 detail::fail(path_, "unsupported tensor type " + std::to_string(type_id) + " (" +
-                                        detail::ggml_type_name(type_id) + ") of " + tensor_label);
+                                        detail::ggml_type_name(type_id) + ") of " + tensor_label +
+                                        "; supported: " + detail::supported_tensor_type_list());
             }
             tensor.type = static_cast<TensorType>(type_id);
             const TypeTraits traits = type_traits(tensor.type);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "specdec/core/error.hpp"
+#include "specdec/tensors/quant_blocks.hpp"
 
 namespace specdec::gguf {
 
@@ -30,7 +31,23 @@ enum class ValueType : std::uint32_t {
 
 // Tensor element types the reference models can use, with their ggml ids.
 // Any other ggml type id in a file is reported as unsupported.
-enum class TensorType : std::uint32_t { f32 = 0, f16 = 1, q4_0 = 2, q8_0 = 8, bf16 = 30 };
+enum class TensorType : std::uint32_t {
+    f32 = 0,
+    f16 = 1,
+    q4_0 = 2,
+    q4_1 = 3,
+    q5_0 = 6,
+    q5_1 = 7,
+    q8_0 = 8,
+    q4_K = 12,
+    q5_K = 13,
+    q6_K = 14,
+    bf16 = 30,
+};
+
+inline constexpr TensorType kSupportedTensorTypes[] = {TensorType::f32,  TensorType::f16,  TensorType::bf16, TensorType::q8_0,
+                                                       TensorType::q4_0, TensorType::q4_1, TensorType::q5_0, TensorType::q5_1,
+                                                       TensorType::q4_K, TensorType::q5_K, TensorType::q6_K};
 
 // Quantised types pack `block_elements` values into `block_bytes` bytes;
 // plain float types are blocks of one element.
@@ -45,13 +62,8 @@ namespace detail {
 inline bool is_known_value_type(std::uint32_t id) { return id <= static_cast<std::uint32_t>(ValueType::float64); }
 
 inline bool is_supported_tensor_type(std::uint32_t id) {
-    switch (static_cast<TensorType>(id)) {
-        case TensorType::f32:
-        case TensorType::f16:
-        case TensorType::q4_0:
-        case TensorType::q8_0:
-        case TensorType::bf16:
-            return true;
+    for (const TensorType type : kSupportedTensorTypes) {
+        if (static_cast<std::uint32_t>(type) == id) return true;
     }
     return false;
 }
@@ -66,6 +78,15 @@ inline const char* ggml_type_name(std::uint32_t id) {
         "bf16", "q4_0_4_4", "q4_0_4_8", "q4_0_8_8", "tq1_0", "tq2_0",
     };
     return id < std::size(names) ? names[id] : "unknown";
+}
+
+// "f32, f16, ..." for error messages.
+inline std::string supported_tensor_type_list() {
+    std::string list;
+    for (const TensorType type : kSupportedTensorTypes) {
+        list += (list.empty() ? "" : ", ") + std::string(ggml_type_name(static_cast<std::uint32_t>(type)));
+    }
+    return list;
 }
 
 }  // namespace detail
@@ -94,11 +115,19 @@ inline TypeTraits type_traits(TensorType type) {
         case TensorType::f32: return {1, 4, "f32"};
         case TensorType::f16: return {1, 2, "f16"};
         case TensorType::bf16: return {1, 2, "bf16"};
-        case TensorType::q8_0: return {32, 34, "q8_0"};  // f16 scale + 32 int8
-        case TensorType::q4_0: return {32, 18, "q4_0"};  // f16 scale + 32 packed nibbles
+        // The block layouts are defined once, in tensors/quant_blocks.hpp.
+        case TensorType::q8_0: return {cpu::kQuantBlock, sizeof(cpu::BlockQ8_0), "q8_0"};
+        case TensorType::q4_0: return {cpu::kQuantBlock, sizeof(cpu::BlockQ4_0), "q4_0"};
+        case TensorType::q4_1: return {cpu::kQuantBlock, sizeof(cpu::BlockQ4_1), "q4_1"};
+        case TensorType::q5_0: return {cpu::kQuantBlock, sizeof(cpu::BlockQ5_0), "q5_0"};
+        case TensorType::q5_1: return {cpu::kQuantBlock, sizeof(cpu::BlockQ5_1), "q5_1"};
+        case TensorType::q4_K: return {cpu::kSuperBlock, sizeof(cpu::BlockQ4_K), "q4_K"};
+        case TensorType::q5_K: return {cpu::kSuperBlock, sizeof(cpu::BlockQ5_K), "q5_K"};
+        case TensorType::q6_K: return {cpu::kSuperBlock, sizeof(cpu::BlockQ6_K), "q6_K"};
     }
     throw Error("unsupported tensor type " + std::to_string(static_cast<std::uint32_t>(type)) + " (" +
-                detail::ggml_type_name(static_cast<std::uint32_t>(type)) + ")");
+                detail::ggml_type_name(static_cast<std::uint32_t>(type)) + "); supported: " +
+                detail::supported_tensor_type_list());
 }
 
 }  // namespace specdec::gguf

@@ -1,8 +1,9 @@
 #pragma once
 // Reading Llama weights out of a GGUF file (architecture "llama", the layout
 // written by llama.cpp's converters); the CPU and CUDA models load through it.
-// Matrices in F32/F16/BF16/Q8_0/Q4_0 are used in place from the memory
-// mapping, which the weights keep alive.
+// Matrices in F32/F16/BF16 and the quantised types of tensors/quant_blocks.hpp
+// (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) are used in place from the
+// memory mapping, which the weights keep alive.
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -28,9 +29,17 @@ inline WeightType weight_type_of(const gguf::File& file, const gguf::TensorInfo&
         case gguf::TensorType::bf16: return WeightType::bf16;
         case gguf::TensorType::q8_0: return WeightType::q8_0;
         case gguf::TensorType::q4_0: return WeightType::q4_0;
+        case gguf::TensorType::q4_1: return WeightType::q4_1;
+        case gguf::TensorType::q5_0: return WeightType::q5_0;
+        case gguf::TensorType::q5_1: return WeightType::q5_1;
+        case gguf::TensorType::q4_K: return WeightType::q4_k;
+        case gguf::TensorType::q5_K: return WeightType::q5_k;
+        case gguf::TensorType::q6_K: return WeightType::q6_k;
     }
-    gguf_model_error(file, "tensor " + tensor.name + " has an unsupported type " +
-                               std::to_string(static_cast<std::uint32_t>(tensor.type)));
+    // The reader refuses other type ids when it opens the file; this guards a TensorInfo built by hand.
+    const auto id = static_cast<std::uint32_t>(tensor.type);
+    gguf_model_error(file, "unsupported tensor type " + std::to_string(id) + " (" + gguf::detail::ggml_type_name(id) +
+                               ") of tensor '" + tensor.name + "'; supported: " + gguf::detail::supported_tensor_type_list());
 }
 
 inline const gguf::TensorInfo& required_tensor(const gguf::File& file, const std::string& name) {

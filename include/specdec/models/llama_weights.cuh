@@ -5,8 +5,10 @@
 //
 // Two ways to fill them:
 //   upload_weights            from host LlamaWeights in any CPU storage type
-//                             (F32/F16/BF16/Q8_0/Q4_0), converted on the host
-//                             with the CPU's own bit-exact conversions
+//                             (every WeightType, the K-quants included),
+//                             decoded on the host by cpu::dequantize_row, the
+//                             CPU's own bit-exact row decoder, then rounded
+//                             once to the device precision
 //   generate_synthetic_weights  the synthetic family (models/synthetic.hpp)
 //                             generated directly on the device from its seed:
 //                             the same pure function of (seed, tensor, element),

@@ -222,6 +222,7 @@ inline void matmul_rows(const WeightMatrix& w, std::size_t row_begin, std::size_
             case WeightType::bf16: return matmul_rows_avx2_any<WeightType::bf16>(w, row_begin, row_end, x, x_stride, columns, y, y_stride, accumulate);
             case WeightType::q8_0: return matmul_rows_avx2_any<WeightType::q8_0>(w, row_begin, row_end, x, x_stride, columns, y, y_stride, accumulate);
             case WeightType::q4_0: return matmul_rows_avx2_any<WeightType::q4_0>(w, row_begin, row_end, x, x_stride, columns, y, y_stride, accumulate);
+            default: break;  // the other block types decode through dequantize_row below
         }
     }
 #endif
@@ -232,7 +233,7 @@ inline void matmul_rows(const WeightMatrix& w, std::size_t row_begin, std::size_
 
 // Computes every target's product with the same input block x (columns
 // vectors of length weight->cols, column c at x + c * x_stride) in one parallel
-// section. Input and outputs must not overlap. Q8_0/Q4_0 weights go through
+// section. Input and outputs must not overlap. Block-quantised weights go through
 // the integer kernels of quant_matmul.hpp (activations rounded to 8 bits, as
 // llama.cpp does); the other types multiply float activations.
 inline void matmul(ThreadPool& pool, std::span<const MatmulTarget> targets, const float* x, std::size_t x_stride,

@@ -1,10 +1,17 @@
 #pragma once
-// Q8_0 / Q4_0 weights times activations through integer dot products, the
+// Block-quantised weights times activations through integer dot products, the
 // scheme of llama.cpp: each activation column is quantised once per product
-// to 8-bit blocks of 32 (scale = max|x| / 127), then every weight block meets
-// every activation block as a 32-term int8 dot product scaled by d_w * d_x.
+// to 8-bit blocks of 32 (scale = max|x| / 127), then every 32 weights meet
+// the matching activation block as a 32-term integer dot product scaled by
+// the weights' scale times the activation scale. Every weight type is read
+// as small unsigned integers u with
+//   value = s * (u - k) + o
+// per 32 values: k an integer offset (Q4_0: 8, Q5_0: 16, Q6_K: 32) taken back
+// in integers, s the block's (for the K types the sub-block's) scale and o a
+// float offset (Q4_1/Q5_1: m; Q4_K/Q5_K: -dmin * min) that meets the sum of
+// the activations. Q8_0 is signed and moves its sign onto the activations.
 // Decoding 4-bit weights to floats would make the draft compute-bound; this
-// keeps a Q4_0 model close to memory speed. Both the AVX2 and the scalar
+// keeps a quantised model close to memory speed. The AVX2 and the scalar
 // kernels compute the same integer sums, so they agree to float rounding.
 #include <algorithm>
 #include <cmath>
@@ -24,9 +31,13 @@ struct Q8Activations {
     std::vector<std::int8_t> values;  // column c, block b at (c * blocks + b) * 32
     std::vector<float> scales;        // column c, block b at c * blocks + b
     // 8 * the sums of each 4 consecutive values, 8 per block (column c, block b
-    // at (c * blocks + b) * 8): what a dot product with the unsigned Q4_0
-    // nibbles (q + 8) must subtract, lane by lane, to become the signed one.
+    // at (c * blocks + b) * 8): what a dot product with unsigned weights u
+    // must subtract, lane by lane, to become the one with u - 8 (Q4_0);
+    // shifted left, with u - 16 (Q5_0) and u - 32 (Q6_K).
     std::vector<std::int32_t> offset_sums;
+    // The same sums of 4 values times the block's scale, as floats: what a
+    // float offset o per weight block (value = s u + o) multiplies.
+    std::vector<float> lane_sums;
     std::size_t blocks = 0;
 
     [[nodiscard]] const std::int8_t* block(std::size_t c, std::size_t b) const { return &values[(c * blocks + b) * kQuantBlock]; }
@@ -38,6 +49,7 @@ inline void quantize_activations(const float* x, std::size_t x_stride, std::size
     out.values.resize(columns * cols);
     out.scales.resize(columns * out.blocks);
     out.offset_sums.resize(columns * out.blocks * 8);
+    out.lane_sums.resize(columns * out.blocks * 8);
     for (std::size_t c = 0; c < columns; ++c) {
         for (std::size_t b = 0; b < out.blocks; ++b) {
             const float* v = x + c * x_stride + b * kQuantBlock;
@@ -49,34 +61,115 @@ inline void quantize_activations(const float* x, std::size_t x_stride, std::size
             for (std::size_t i = 0; i < kQuantBlock; ++i) q[i] = static_cast<std::int8_t>(std::nearbyint(v[i] * inverse));
             out.scales[c * out.blocks + b] = d;
             std::int32_t* sums = &out.offset_sums[(c * out.blocks + b) * 8];
-            for (std::size_t lane = 0; lane < 8; ++lane) sums[lane] = 8 * (q[4 * lane] + q[4 * lane + 1] + q[4 * lane + 2] + q[4 * lane + 3]);
+            float* lane_sums = &out.lane_sums[(c * out.blocks + b) * 8];
+            for (std::size_t lane = 0; lane < 8; ++lane) {
+                const int sum = q[4 * lane] + q[4 * lane + 1] + q[4 * lane + 2] + q[4 * lane + 3];
+                sums[lane] = 8 * sum;
+                lane_sums[lane] = d * static_cast<float>(sum);
+            }
         }
     }
 }
 
 namespace detail {
 
-template <WeightType T>
-constexpr std::size_t quant_block_bytes() {
-    return T == WeightType::q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+// Bytes of a row per 32 values, rounded up (the prefetch distance of a block).
+constexpr std::size_t quant_bytes_per_32(WeightType t) {
+    return (weight_block_bytes(t) * kQuantBlock + weight_block_elements(t) - 1) / weight_block_elements(t);
 }
 
-inline float block_weight_scale(const std::byte* block) {
-    Half d;
-    std::memcpy(&d, block, 2);
-    return half_to_float(d);
+// The integer offset k of value = s * (u - k) + o.
+constexpr int integer_offset(WeightType t) {
+    return t == WeightType::q4_0 ? 8 : t == WeightType::q5_0 ? 16 : t == WeightType::q6_k ? 32 : 0;
 }
 
-// The 32 signed values of one weight block.
+// Whether the type has a float offset o (Q4_1, Q5_1, Q4_K, Q5_K).
+constexpr bool has_float_offset(WeightType t) {
+    return t == WeightType::q4_1 || t == WeightType::q5_1 || t == WeightType::q4_k || t == WeightType::q5_k;
+}
+
+inline float load_half(const std::byte* p) {
+    Half h;
+    std::memcpy(&h, p, 2);
+    return half_to_float(h);
+}
+
+template <WeightType T> struct BlockOf;
+template <> struct BlockOf<WeightType::q8_0> { using type = BlockQ8_0; };
+template <> struct BlockOf<WeightType::q4_0> { using type = BlockQ4_0; };
+template <> struct BlockOf<WeightType::q4_1> { using type = BlockQ4_1; };
+template <> struct BlockOf<WeightType::q5_0> { using type = BlockQ5_0; };
+template <> struct BlockOf<WeightType::q5_1> { using type = BlockQ5_1; };
+template <> struct BlockOf<WeightType::q4_k> { using type = BlockQ4_K; };
+template <> struct BlockOf<WeightType::q5_k> { using type = BlockQ5_K; };
+template <> struct BlockOf<WeightType::q6_k> { using type = BlockQ6_K; };
+
+// Values 32 b .. 32 b + 31 of a row of type T: value i = scale[i / 16] * (u[i] - k) + offset.
+struct ScalarBlock {
+    std::int8_t q[kQuantBlock];  // u - k (Q8_0: the signed value)
+    float scale[2];              // for values 0-15 and 16-31 (different only for Q6_K)
+    float offset;
+};
+
 template <WeightType T>
-inline void block_weight_values(const std::byte* block, std::int8_t* out) {
-    if constexpr (T == WeightType::q8_0) {
-        std::memcpy(out, block + 2, kQuantBlock);
+inline void decode_weight_block(const std::byte* row, std::size_t b, ScalarBlock& out) {
+    constexpr int k = integer_offset(T);
+    out.offset = 0.0f;
+    if constexpr (T == WeightType::q8_0 || T == WeightType::q4_0 || T == WeightType::q4_1 || T == WeightType::q5_0 ||
+                  T == WeightType::q5_1) {
+        using Block = typename BlockOf<T>::type;
+        const std::byte* block = row + b * sizeof(Block);
+        out.scale[0] = out.scale[1] = load_half(block + offsetof(Block, d));
+        if constexpr (T == WeightType::q8_0) {
+            std::memcpy(out.q, block + offsetof(Block, qs), kQuantBlock);
+            return;
+        } else {
+            if constexpr (has_float_offset(T)) out.offset = load_half(block + offsetof(Block, m));
+            const auto* qs = reinterpret_cast<const std::uint8_t*>(block + offsetof(Block, qs));
+            std::uint32_t qh = 0;
+            if constexpr (T == WeightType::q5_0 || T == WeightType::q5_1) {
+                qh = cpu::detail::load_u32_le(reinterpret_cast<const std::uint8_t*>(block + offsetof(Block, qh)));
+            }
+            for (std::size_t j = 0; j < kQuantBlock / 2; ++j) {
+                const int lo = (qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4);
+                const int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+                out.q[j] = static_cast<std::int8_t>(lo - k);
+                out.q[j + kQuantBlock / 2] = static_cast<std::int8_t>(hi - k);
+            }
+        }
+    } else if constexpr (T == WeightType::q4_k || T == WeightType::q5_k) {
+        using Block = typename BlockOf<T>::type;
+        const std::byte* block = row + (b / 8) * sizeof(Block);
+        const std::size_t j = b % 8;
+        std::uint8_t scales[12];
+        std::memcpy(scales, block + offsetof(Block, scales), 12);
+        std::uint8_t sc, mn;
+        q4k_scale_min(j, scales, sc, mn);
+        out.scale[0] = out.scale[1] = load_half(block + offsetof(Block, d)) * static_cast<float>(sc);
+        out.offset = -(load_half(block + offsetof(Block, dmin)) * static_cast<float>(mn));
+        const auto* qs = reinterpret_cast<const std::uint8_t*>(block + offsetof(Block, qs)) + 32 * (j / 2);
+        const int shift = 4 * static_cast<int>(j % 2);
+        for (std::size_t l = 0; l < 32; ++l) {
+            int u = (qs[l] >> shift) & 0x0F;
+            if constexpr (T == WeightType::q5_k) {
+                const auto* qh = reinterpret_cast<const std::uint8_t*>(block + offsetof(BlockQ5_K, qh));
+                u |= ((qh[l] >> j) & 1) << 4;
+            }
+            out.q[l] = static_cast<std::int8_t>(u);
+        }
     } else {
-        const auto* qs = reinterpret_cast<const std::uint8_t*>(block + 2);
-        for (std::size_t j = 0; j < kQuantBlock / 2; ++j) {
-            out[j] = static_cast<std::int8_t>((qs[j] & 0x0F) - 8);
-            out[j + kQuantBlock / 2] = static_cast<std::int8_t>((qs[j] >> 4) - 8);
+        static_assert(T == WeightType::q6_k);
+        const std::byte* block = row + (b / 8) * sizeof(BlockQ6_K);
+        const std::size_t j = b % 8, half = j / 4, p = j % 4;
+        const float d = load_half(block + offsetof(BlockQ6_K, d));
+        const auto* scales = reinterpret_cast<const std::int8_t*>(block + offsetof(BlockQ6_K, scales)) + 8 * half + 2 * p;
+        out.scale[0] = d * static_cast<float>(scales[0]);
+        out.scale[1] = d * static_cast<float>(scales[1]);
+        const auto* ql = reinterpret_cast<const std::uint8_t*>(block + offsetof(BlockQ6_K, ql)) + 64 * half + 32 * (p & 1);
+        const auto* qh = reinterpret_cast<const std::uint8_t*>(block + offsetof(BlockQ6_K, qh)) + 32 * half;
+        for (std::size_t l = 0; l < 32; ++l) {
+            const int u = ((ql[l] >> (4 * (p >> 1))) & 0x0F) | (((qh[l] >> (2 * p)) & 3) << 4);
+            out.q[l] = static_cast<std::int8_t>(u - k);
         }
     }
 }
@@ -85,21 +178,28 @@ template <WeightType T>
 void quant_matmul_rows_scalar(const WeightMatrix& w, std::size_t row_begin, std::size_t row_end, const Q8Activations& qx,
                               std::size_t columns, float* y, std::size_t y_stride, bool accumulate) {
     const std::size_t row_bytes = w.row_bytes();
-    std::int8_t values[kQuantBlock];
+    ScalarBlock block;
     thread_local std::vector<float> sums;
     sums.assign(columns, 0.0f);
     for (std::size_t r = row_begin; r < row_end; ++r) {
         std::fill(sums.begin(), sums.end(), 0.0f);
         const std::byte* row = w.data + r * row_bytes;
         for (std::size_t b = 0; b < qx.blocks; ++b) {
-            const std::byte* block = row + b * quant_block_bytes<T>();
-            block_weight_values<T>(block, values);
-            const float dw = block_weight_scale(block);
+            decode_weight_block<T>(row, b, block);
             for (std::size_t c = 0; c < columns; ++c) {
                 const std::int8_t* xq = qx.block(c, b);
-                std::int32_t dot = 0;
-                for (std::size_t i = 0; i < kQuantBlock; ++i) dot += static_cast<std::int32_t>(values[i]) * xq[i];
-                sums[c] += static_cast<float>(dot) * (dw * qx.scale(c, b));
+                std::int32_t dot[2] = {0, 0}, x_sum = 0;
+                for (std::size_t i = 0; i < kQuantBlock; ++i) {
+                    dot[i / 16] += static_cast<std::int32_t>(block.q[i]) * xq[i];
+                    x_sum += xq[i];
+                }
+                const float dx = qx.scale(c, b);
+                if constexpr (T == WeightType::q6_k) {
+                    sums[c] += static_cast<float>(dot[0]) * (block.scale[0] * dx) + static_cast<float>(dot[1]) * (block.scale[1] * dx);
+                } else {
+                    sums[c] += static_cast<float>(dot[0] + dot[1]) * (block.scale[0] * dx);
+                }
+                if constexpr (has_float_offset(T)) sums[c] += block.offset * (dx * static_cast<float>(x_sum));
             }
         }
         for (std::size_t c = 0; c < columns; ++c) {
@@ -111,24 +211,108 @@ void quant_matmul_rows_scalar(const WeightMatrix& w, std::size_t row_begin, std:
 
 #if SPECDEC_HAS_X86_KERNELS
 
-template <WeightType T>
-SPECDEC_AVX2_TARGET inline __m256i load_weight_block(const std::byte* block) {
-    if constexpr (T == WeightType::q8_0) {
-        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
-    } else {
-        const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
-        const __m256i nibbles = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);  // high half: values 16..31
-        return _mm256_sub_epi8(_mm256_and_si256(nibbles, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
-    }
+// One 32-value weight block in registers: value = s * (u - k) + o (see the top).
+struct Avx2Block {
+    __m256i u;  // unsigned weights (Q8_0: |w|)
+    __m256i w;  // Q8_0 only: the signed weights, whose signs move onto x
+    __m256 s;   // scale per int32 lane of the dot product (lanes 0-3: values 0-15, 4-7: values 16-31)
+    __m256 o;   // float offset (types with has_float_offset only)
+};
+
+SPECDEC_AVX2_TARGET inline __m256i shift_right_bytes(__m256i v, int bits) {
+    // Per 16-bit lane; callers mask each byte afterwards, so bits shifted in from the neighbour byte are dropped.
+    return _mm256_srl_epi16(v, _mm_cvtsi32_si128(bits));
 }
 
-// R rows x NC columns; per block: |w| once per row, then for each column the
-// int8 products (sign moved onto x so maddubs sees an unsigned operand).
+// 0x10 in byte i where bit i of the little-endian 32-bit `bits` is set.
+SPECDEC_AVX2_TARGET inline __m256i fifth_bits(const std::byte* qh) {
+    std::uint32_t bits;
+    std::memcpy(&bits, qh, 4);
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(static_cast<int>(bits)),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+    const __m256i mask = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask), _mm256_set1_epi8(0x10));
+}
+
+// Values 0-15 from the low nibbles of 16 bytes, 16-31 from their high nibbles (Q4_0, Q4_1, Q5_0, Q5_1).
+SPECDEC_AVX2_TARGET inline __m256i split_nibbles(const std::byte* qs) {
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0F));
+}
+
+template <WeightType T>
+SPECDEC_AVX2_TARGET inline Avx2Block load_weight_block(const std::byte* row, std::size_t b) {
+    Avx2Block out{};  // members a type does not use are never read; the zeroing is dead code to the compiler
+    if constexpr (T == WeightType::q8_0 || T == WeightType::q4_0 || T == WeightType::q4_1 || T == WeightType::q5_0 ||
+                  T == WeightType::q5_1) {
+        using Block = typename BlockOf<T>::type;
+        const std::byte* block = row + b * sizeof(Block);
+        Half d_bits;
+        std::memcpy(&d_bits, block + offsetof(Block, d), 2);
+        out.s = _mm256_set1_ps(_cvtsh_ss(d_bits));
+        if constexpr (T == WeightType::q8_0) {
+            out.w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + offsetof(Block, qs)));
+            out.u = _mm256_sign_epi8(out.w, out.w);
+        } else {
+            out.u = split_nibbles(block + offsetof(Block, qs));
+            if constexpr (T == WeightType::q5_0 || T == WeightType::q5_1) {
+                out.u = _mm256_or_si256(out.u, fifth_bits(block + offsetof(Block, qh)));
+            }
+            if constexpr (has_float_offset(T)) {
+                Half m_bits;
+                std::memcpy(&m_bits, block + offsetof(Block, m), 2);
+                out.o = _mm256_set1_ps(_cvtsh_ss(m_bits));
+            }
+        }
+    } else if constexpr (T == WeightType::q4_k || T == WeightType::q5_k) {
+        using Block = typename BlockOf<T>::type;
+        const std::byte* block = row + (b / 8) * sizeof(Block);
+        const std::size_t j = b % 8;
+        std::uint8_t scales[12];
+        std::memcpy(scales, block + offsetof(Block, scales), 12);
+        std::uint8_t sc, mn;
+        q4k_scale_min(j, scales, sc, mn);
+        Half d_bits, dmin_bits;
+        std::memcpy(&d_bits, block + offsetof(Block, d), 2);
+        std::memcpy(&dmin_bits, block + offsetof(Block, dmin), 2);
+        out.s = _mm256_set1_ps(_cvtsh_ss(d_bits) * static_cast<float>(sc));
+        out.o = _mm256_set1_ps(-(_cvtsh_ss(dmin_bits) * static_cast<float>(mn)));
+        const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + offsetof(Block, qs) + 32 * (j / 2)));
+        out.u = _mm256_and_si256(shift_right_bytes(qs, 4 * static_cast<int>(j % 2)), _mm256_set1_epi8(0x0F));
+        if constexpr (T == WeightType::q5_k) {
+            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + offsetof(BlockQ5_K, qh)));
+            const __m256i bit = _mm256_and_si256(shift_right_bytes(qh, static_cast<int>(j)), _mm256_set1_epi8(0x01));
+            out.u = _mm256_or_si256(out.u, _mm256_slli_epi16(bit, 4));
+        }
+    } else {
+        static_assert(T == WeightType::q6_k);
+        const std::byte* block = row + (b / 8) * sizeof(BlockQ6_K);
+        const std::size_t j = b % 8, half = j / 4, p = j % 4;
+        Half d_bits;
+        std::memcpy(&d_bits, block + offsetof(BlockQ6_K, d), 2);
+        const float d = _cvtsh_ss(d_bits);
+        const auto* scales = reinterpret_cast<const std::int8_t*>(block + offsetof(BlockQ6_K, scales)) + 8 * half + 2 * p;
+        out.s = _mm256_set_m128(_mm_set1_ps(d * static_cast<float>(scales[1])), _mm_set1_ps(d * static_cast<float>(scales[0])));
+        const __m256i ql =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + offsetof(BlockQ6_K, ql) + 64 * half + 32 * (p & 1)));
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + offsetof(BlockQ6_K, qh) + 32 * half));
+        const __m256i low = _mm256_and_si256(shift_right_bytes(ql, 4 * static_cast<int>(p >> 1)), _mm256_set1_epi8(0x0F));
+        const __m256i high = _mm256_and_si256(shift_right_bytes(qh, 2 * static_cast<int>(p)), _mm256_set1_epi8(0x03));
+        out.u = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+    }
+    return out;
+}
+
+// R rows x NC columns; per 32-value block: each row's weights decoded once,
+// then for each column the integer dot products (maddubs needs one unsigned
+// operand: the weights u, or for Q8_0 |w| with the sign moved onto x).
 // Column c's block b is at x_values + (c * blocks + b) * 32 with scale x_scales[c * blocks + b].
 template <WeightType T, int R, int NC>
 SPECDEC_AVX2_TARGET void quant_matmul_tile_avx2(const WeightMatrix& w, std::size_t row_begin, const std::int8_t* x_values,
-                                                const float* x_scales, const std::int32_t* x_offset_sums, std::size_t blocks,
-                                                float* y, std::size_t y_stride, bool accumulate) {
+                                                const float* x_scales, const std::int32_t* x_offset_sums,
+                                                const float* x_lane_sums, std::size_t blocks, float* y, std::size_t y_stride,
+                                                bool accumulate) {
     const std::size_t row_bytes = w.row_bytes();
     const __m256i ones = _mm256_set1_epi16(1);
     const std::byte* rows[R];
@@ -141,7 +325,8 @@ SPECDEC_AVX2_TARGET void quant_matmul_tile_avx2(const WeightMatrix& w, std::size
         for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_setzero_ps();
     // Prefetch the next tile at the pace this one is consumed (see matmul_tile_avx2).
     const char* next_tile = reinterpret_cast<const char*>(rows[0]) + R * row_bytes;
-    constexpr std::size_t tile_block_bytes = R * quant_block_bytes<T>();
+    constexpr std::size_t tile_block_bytes = R * quant_bytes_per_32(T);
+    constexpr int k = integer_offset(T);
     for (std::size_t b = 0; b < blocks; ++b) {
         // A constant number of prefetches per block (a loop of variable
         // length here made GCC keep the accumulators on the stack).
@@ -149,25 +334,9 @@ SPECDEC_AVX2_TARGET void quant_matmul_tile_avx2(const WeightMatrix& w, std::size
         for (std::size_t line = 0; line < (tile_block_bytes + 63) / 64; ++line) {
             _mm_prefetch(next_tile + b * tile_block_bytes + 64 * line, _MM_HINT_T0);
         }
-        // Q8_0: |w| and sign moved onto x (maddubs needs one unsigned operand).
-        // Q4_0: the nibbles q + 8 are already unsigned; the +8 is taken back
-        // per column with the precomputed offset sums.
-        __m256i wq[R], wunsigned[R];
-        __m256 dw[R];
+        Avx2Block wb[R];
 #pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-            const std::byte* block = rows[r] + b * quant_block_bytes<T>();
-            if constexpr (T == WeightType::q8_0) {
-                wq[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
-                wunsigned[r] = _mm256_sign_epi8(wq[r], wq[r]);
-            } else {
-                const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
-                wunsigned[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0F));
-            }
-            Half d_bits;
-            std::memcpy(&d_bits, block, 2);
-            dw[r] = _mm256_set1_ps(_cvtsh_ss(d_bits));
-        }
+        for (int r = 0; r < R; ++r) wb[r] = load_weight_block<T>(rows[r], b);
 #pragma GCC unroll 4
         for (int c = 0; c < NC; ++c) {
             const std::size_t cb = c * blocks + b;
@@ -177,12 +346,20 @@ SPECDEC_AVX2_TARGET void quant_matmul_tile_avx2(const WeightMatrix& w, std::size
             for (int r = 0; r < R; ++r) {
                 __m256i dot32;
                 if constexpr (T == WeightType::q8_0) {
-                    dot32 = _mm256_madd_epi16(_mm256_maddubs_epi16(wunsigned[r], _mm256_sign_epi8(xq, wq[r])), ones);
+                    dot32 = _mm256_madd_epi16(_mm256_maddubs_epi16(wb[r].u, _mm256_sign_epi8(xq, wb[r].w)), ones);
                 } else {
-                    const __m256i offsets = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_offset_sums + cb * 8));
-                    dot32 = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wunsigned[r], xq), ones), offsets);
+                    // u <= 63 and |x| <= 127: the pair sums of maddubs cannot saturate.
+                    dot32 = _mm256_madd_epi16(_mm256_maddubs_epi16(wb[r].u, xq), ones);
+                    if constexpr (k != 0) {
+                        const __m256i offsets = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_offset_sums + cb * 8));
+                        // offset_sums hold 8 * the lane sums: k = 8, 16, 32 is a shift of 0, 1, 2.
+                        dot32 = _mm256_sub_epi32(dot32, k == 8 ? offsets : _mm256_slli_epi32(offsets, k == 16 ? 1 : 2));
+                    }
                 }
-                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32), _mm256_mul_ps(dw[r], dx), acc[r][c]);
+                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32), _mm256_mul_ps(wb[r].s, dx), acc[r][c]);
+                if constexpr (has_float_offset(T)) {
+                    acc[r][c] = _mm256_fmadd_ps(wb[r].o, _mm256_loadu_ps(x_lane_sums + cb * 8), acc[r][c]);
+                }
             }
         }
     }
@@ -203,12 +380,13 @@ SPECDEC_AVX2_TARGET void quant_matmul_row_tile_avx2(const WeightMatrix& w, std::
         const std::int8_t* xv = qx.values.data() + c0 * blocks * kQuantBlock;
         const float* xs = qx.scales.data() + c0 * blocks;
         const std::int32_t* xo = qx.offset_sums.data() + c0 * blocks * 8;
+        const float* xl = qx.lane_sums.data() + c0 * blocks * 8;
         float* yg = y + c0 * y_stride;
         switch (std::min<std::size_t>(4, columns - c0)) {
-            case 1: quant_matmul_tile_avx2<T, R, 1>(w, row_begin, xv, xs, xo, blocks, yg, y_stride, accumulate); break;
-            case 2: quant_matmul_tile_avx2<T, R, 2>(w, row_begin, xv, xs, xo, blocks, yg, y_stride, accumulate); break;
-            case 3: quant_matmul_tile_avx2<T, R, 3>(w, row_begin, xv, xs, xo, blocks, yg, y_stride, accumulate); break;
-            default: quant_matmul_tile_avx2<T, R, 4>(w, row_begin, xv, xs, xo, blocks, yg, y_stride, accumulate); break;
+            case 1: quant_matmul_tile_avx2<T, R, 1>(w, row_begin, xv, xs, xo, xl, blocks, yg, y_stride, accumulate); break;
+            case 2: quant_matmul_tile_avx2<T, R, 2>(w, row_begin, xv, xs, xo, xl, blocks, yg, y_stride, accumulate); break;
+            case 3: quant_matmul_tile_avx2<T, R, 3>(w, row_begin, xv, xs, xo, xl, blocks, yg, y_stride, accumulate); break;
+            default: quant_matmul_tile_avx2<T, R, 4>(w, row_begin, xv, xs, xo, xl, blocks, yg, y_stride, accumulate); break;
         }
     }
 }
@@ -227,17 +405,37 @@ void quant_matmul_rows_avx2(const WeightMatrix& w, std::size_t row_begin, std::s
 }
 #endif
 
-// Rows [row_begin, row_end) of a Q8_0 / Q4_0 matrix times the quantised columns.
+// Calls f.template operator()<T>() with the block-quantised type of w as a template argument.
+template <class F>
+decltype(auto) dispatch_quantized(WeightType type, F&& f) {
+    switch (type) {
+        case WeightType::q8_0: return f.template operator()<WeightType::q8_0>();
+        case WeightType::q4_0: return f.template operator()<WeightType::q4_0>();
+        case WeightType::q4_1: return f.template operator()<WeightType::q4_1>();
+        case WeightType::q5_0: return f.template operator()<WeightType::q5_0>();
+        case WeightType::q5_1: return f.template operator()<WeightType::q5_1>();
+        case WeightType::q4_k: return f.template operator()<WeightType::q4_k>();
+        case WeightType::q5_k: return f.template operator()<WeightType::q5_k>();
+        case WeightType::q6_k: return f.template operator()<WeightType::q6_k>();
+        default: break;
+    }
+    throw Error(std::string("weight type ") + weight_type_name(type) + " is not block-quantised; expected one of Q8_0, Q4_0, "
+                "Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K");
+}
+
+// Rows [row_begin, row_end) of a block-quantised matrix times the quantised columns.
 inline void quant_matmul_rows(const WeightMatrix& w, std::size_t row_begin, std::size_t row_end, const Q8Activations& qx,
                               std::size_t columns, float* y, std::size_t y_stride, bool accumulate) {
 #if SPECDEC_HAS_X86_KERNELS
     if (avx2_available()) {
-        if (w.type == WeightType::q8_0) return quant_matmul_rows_avx2<WeightType::q8_0>(w, row_begin, row_end, qx, columns, y, y_stride, accumulate);
-        return quant_matmul_rows_avx2<WeightType::q4_0>(w, row_begin, row_end, qx, columns, y, y_stride, accumulate);
+        return dispatch_quantized(w.type, [&]<WeightType T>() {
+            quant_matmul_rows_avx2<T>(w, row_begin, row_end, qx, columns, y, y_stride, accumulate);
+        });
     }
 #endif
-    if (w.type == WeightType::q8_0) return quant_matmul_rows_scalar<WeightType::q8_0>(w, row_begin, row_end, qx, columns, y, y_stride, accumulate);
-    quant_matmul_rows_scalar<WeightType::q4_0>(w, row_begin, row_end, qx, columns, y, y_stride, accumulate);
+    dispatch_quantized(w.type, [&]<WeightType T>() {
+        quant_matmul_rows_scalar<T>(w, row_begin, row_end, qx, columns, y, y_stride, accumulate);
+    });
 }
 
 }  // namespace detail
