@@ -4,10 +4,13 @@
 //
 //   specdec-quant-bench [--size 100m] [--threads N] [--rounds R] [--types Q8_0,Q4_K,...]
 //
-// Per type: the weights' bytes, the median seconds of a one-token forward
+// Per type: the weights' bytes, the seconds of a one-token forward
 // (autoregressive decoding: tokens/s = 1 / that) and of a five-token forward
 // (a verify pass of four drafted tokens), and the bytes of weights read per
-// second during the one-token forward.
+// second during the one-token forward; then the matrix kernel alone on one
+// thread (a 2048 x 768 matrix, as the feed-forward's, times 1 and 5 columns).
+// Medians and minima: on a machine shared with other work the minimum is the
+// steadier estimate of what the code costs.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "specdec/backends/cpu/matmul.hpp"
 #include "specdec/models/synthetic.hpp"
 
 namespace {
@@ -98,13 +102,54 @@ int main(int argc, char** argv) {
             }
         }
     }
-    std::printf("synthetic-%s, %zu threads, %zu rounds x 8 samples, medians\n", size.c_str(), pool->size(), rounds);
-    std::printf("%-6s %10s %12s %14s %12s %12s\n", "type", "weights MB", "1-token ms", "tokens/s (AR)", "5-token ms", "read GB/s");
+    std::printf("synthetic-%s, %zu threads, %zu rounds x 8 samples; median (min)\n", size.c_str(), pool->size(), rounds);
+    std::printf("%-6s %10s %16s %16s %16s %14s\n", "type", "weights MB", "1-token ms", "tokens/s (AR)", "5-token ms",
+                "read GB/s");
     for (std::size_t t = 0; t < types.size(); ++t) {
         const double s1 = median(one[t]), s5 = median(five[t]);
+        const double m1 = *std::min_element(one[t].begin(), one[t].end()), m5 = *std::min_element(five[t].begin(), five[t].end());
         const double megabytes = static_cast<double>(models[t].weight_bytes()) / 1e6;
-        std::printf("%-6s %10.1f %12.2f %14.1f %12.2f %12.2f\n", specdec::weight_type_name(types[t]), megabytes, 1e3 * s1,
-                    1.0 / s1, 1e3 * s5, megabytes / 1e3 / s1);
+        std::printf("%-6s %10.1f %7.2f (%6.2f) %7.1f (%6.1f) %7.2f (%6.2f) %6.2f (%5.2f)\n", specdec::weight_type_name(types[t]),
+                    megabytes, 1e3 * s1, 1e3 * m1, 1.0 / s1, 1.0 / m1, 1e3 * s5, 1e3 * m5, megabytes / 1e3 / s1, megabytes / 1e3 / m1);
+    }
+    models.clear();
+
+    // The kernel alone, one thread, types interleaved.
+    const std::size_t rows = 2048, cols = 768;
+    std::vector<std::vector<std::byte>> matrices;
+    std::vector<float> values(cols), x(5 * cols), y(5 * rows);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = specdec::detail::synthetic_normal(2, i);
+    for (const auto type : types) {
+        const std::size_t row_bytes = specdec::weight_row_bytes(type, cols);
+        matrices.emplace_back(rows * row_bytes);
+        for (std::size_t r = 0; r < rows; ++r) {
+            for (std::size_t k = 0; k < cols; ++k) values[k] = specdec::detail::synthetic_normal(1, r * cols + k) / 28.0f;
+            specdec::cpu::quantize_row(type, values.data(), cols, matrices.back().data() + r * row_bytes);
+        }
+    }
+    specdec::cpu::ThreadPool single(1);
+    std::vector<std::vector<double>> kernel1(types.size()), kernel5(types.size());
+    for (std::size_t round = 0; round <= 10 * rounds; ++round) {
+        for (std::size_t t = 0; t < types.size(); ++t) {
+            const specdec::WeightMatrix w{types[t], rows, cols, matrices[t].data()};
+            for (const std::size_t n : {std::size_t{1}, std::size_t{5}}) {
+                const auto start = Clock::now();
+                specdec::cpu::matmul(single, w, x.data(), cols, n, y.data(), rows);
+                const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+                if (round > 0) (n == 1 ? kernel1 : kernel5)[t].push_back(seconds);
+            }
+        }
+    }
+    std::printf("\nkernel: %zu x %zu matrix, 1 thread, %zu samples; median (min) microseconds and weight GB/s\n", rows, cols,
+                kernel1.front().size());
+    std::printf("%-6s %18s %16s %18s\n", "type", "1 column us", "1 column GB/s", "5 columns us");
+    for (std::size_t t = 0; t < types.size(); ++t) {
+        const double k1 = median(kernel1[t]), k5 = median(kernel5[t]);
+        const double n1 = *std::min_element(kernel1[t].begin(), kernel1[t].end());
+        const double n5 = *std::min_element(kernel5[t].begin(), kernel5[t].end());
+        const double gigabytes = static_cast<double>(matrices[t].size()) / 1e9;
+        std::printf("%-6s %9.1f (%6.1f) %7.2f (%5.2f) %9.1f (%6.1f)\n", specdec::weight_type_name(types[t]), 1e6 * k1, 1e6 * n1,
+                    gigabytes / k1, gigabytes / n1, 1e6 * k5, 1e6 * n5);
     }
     return 0;
 }

@@ -38,6 +38,9 @@ struct Q8Activations {
     // The same sums of 4 values times the block's scale, as floats: what a
     // float offset o per weight block (value = s u + o) multiplies.
     std::vector<float> lane_sums;
+    // The block's sum times its scale (column c, block b at c * blocks + b):
+    // what the K types' per-sub-block mins multiply, 8 blocks at a time.
+    std::vector<float> block_sums;
     std::size_t blocks = 0;
 
     [[nodiscard]] const std::int8_t* block(std::size_t c, std::size_t b) const { return &values[(c * blocks + b) * kQuantBlock]; }
@@ -50,6 +53,7 @@ inline void quantize_activations(const float* x, std::size_t x_stride, std::size
     out.scales.resize(columns * out.blocks);
     out.offset_sums.resize(columns * out.blocks * 8);
     out.lane_sums.resize(columns * out.blocks * 8);
+    out.block_sums.resize(columns * out.blocks);
     for (std::size_t c = 0; c < columns; ++c) {
         for (std::size_t b = 0; b < out.blocks; ++b) {
             const float* v = x + c * x_stride + b * kQuantBlock;
@@ -62,11 +66,14 @@ inline void quantize_activations(const float* x, std::size_t x_stride, std::size
             out.scales[c * out.blocks + b] = d;
             std::int32_t* sums = &out.offset_sums[(c * out.blocks + b) * 8];
             float* lane_sums = &out.lane_sums[(c * out.blocks + b) * 8];
+            int block_sum = 0;
             for (std::size_t lane = 0; lane < 8; ++lane) {
                 const int sum = q[4 * lane] + q[4 * lane + 1] + q[4 * lane + 2] + q[4 * lane + 3];
                 sums[lane] = 8 * sum;
                 lane_sums[lane] = d * static_cast<float>(sum);
+                block_sum += sum;
             }
+            out.block_sums[c * out.blocks + b] = d * static_cast<float>(block_sum);
         }
     }
 }
@@ -215,14 +222,9 @@ void quant_matmul_rows_scalar(const WeightMatrix& w, std::size_t row_begin, std:
 struct Avx2Block {
     __m256i u;  // unsigned weights (Q8_0: |w|)
     __m256i w;  // Q8_0 only: the signed weights, whose signs move onto x
-    __m256 s;   // scale per int32 lane of the dot product (lanes 0-3: values 0-15, 4-7: values 16-31)
+    __m256 s;   // scale, broadcast
     __m256 o;   // float offset (types with has_float_offset only)
 };
-
-SPECDEC_AVX2_TARGET inline __m256i shift_right_bytes(__m256i v, int bits) {
-    // Per 16-bit lane; callers mask each byte afterwards, so bits shifted in from the neighbour byte are dropped.
-    return _mm256_srl_epi16(v, _mm_cvtsi32_si128(bits));
-}
 
 // 0x10 in byte i where bit i of the little-endian 32-bit `bits` is set.
 SPECDEC_AVX2_TARGET inline __m256i fifth_bits(const std::byte* qh) {
@@ -241,6 +243,7 @@ SPECDEC_AVX2_TARGET inline __m256i split_nibbles(const std::byte* qs) {
     return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0F));
 }
 
+// A block of the 32-value types (the K types: see quant_matmul_tile_k_avx2).
 template <WeightType T>
 SPECDEC_AVX2_TARGET inline Avx2Block load_weight_block(const std::byte* row, std::size_t b) {
     Avx2Block out{};  // members a type does not use are never read; the zeroing is dead code to the compiler
@@ -265,41 +268,8 @@ SPECDEC_AVX2_TARGET inline Avx2Block load_weight_block(const std::byte* row, std
                 out.o = _mm256_set1_ps(_cvtsh_ss(m_bits));
             }
         }
-    } else if constexpr (T == WeightType::q4_k || T == WeightType::q5_k) {
-        using Block = typename BlockOf<T>::type;
-        const std::byte* block = row + (b / 8) * sizeof(Block);
-        const std::size_t j = b % 8;
-        std::uint8_t scales[12];
-        std::memcpy(scales, block + offsetof(Block, scales), 12);
-        std::uint8_t sc, mn;
-        q4k_scale_min(j, scales, sc, mn);
-        Half d_bits, dmin_bits;
-        std::memcpy(&d_bits, block + offsetof(Block, d), 2);
-        std::memcpy(&dmin_bits, block + offsetof(Block, dmin), 2);
-        out.s = _mm256_set1_ps(_cvtsh_ss(d_bits) * static_cast<float>(sc));
-        out.o = _mm256_set1_ps(-(_cvtsh_ss(dmin_bits) * static_cast<float>(mn)));
-        const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + offsetof(Block, qs) + 32 * (j / 2)));
-        out.u = _mm256_and_si256(shift_right_bytes(qs, 4 * static_cast<int>(j % 2)), _mm256_set1_epi8(0x0F));
-        if constexpr (T == WeightType::q5_k) {
-            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + offsetof(BlockQ5_K, qh)));
-            const __m256i bit = _mm256_and_si256(shift_right_bytes(qh, static_cast<int>(j)), _mm256_set1_epi8(0x01));
-            out.u = _mm256_or_si256(out.u, _mm256_slli_epi16(bit, 4));
-        }
     } else {
-        static_assert(T == WeightType::q6_k);
-        const std::byte* block = row + (b / 8) * sizeof(BlockQ6_K);
-        const std::size_t j = b % 8, half = j / 4, p = j % 4;
-        Half d_bits;
-        std::memcpy(&d_bits, block + offsetof(BlockQ6_K, d), 2);
-        const float d = _cvtsh_ss(d_bits);
-        const auto* scales = reinterpret_cast<const std::int8_t*>(block + offsetof(BlockQ6_K, scales)) + 8 * half + 2 * p;
-        out.s = _mm256_set_m128(_mm_set1_ps(d * static_cast<float>(scales[1])), _mm_set1_ps(d * static_cast<float>(scales[0])));
-        const __m256i ql =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + offsetof(BlockQ6_K, ql) + 64 * half + 32 * (p & 1)));
-        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + offsetof(BlockQ6_K, qh) + 32 * half));
-        const __m256i low = _mm256_and_si256(shift_right_bytes(ql, 4 * static_cast<int>(p >> 1)), _mm256_set1_epi8(0x0F));
-        const __m256i high = _mm256_and_si256(shift_right_bytes(qh, 2 * static_cast<int>(p)), _mm256_set1_epi8(0x03));
-        out.u = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+        static_assert(T != T, "the K types go through quant_matmul_tile_k_avx2");
     }
     return out;
 }
@@ -372,6 +342,135 @@ SPECDEC_AVX2_TARGET void quant_matmul_tile_avx2(const WeightMatrix& w, std::size
     }
 }
 
+// 8 bytes as 8 floats.
+SPECDEC_AVX2_TARGET inline __m256 widen_u8x8(const std::uint32_t* bytes) {
+    std::int64_t eight;
+    std::memcpy(&eight, bytes, 8);
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(eight)));
+}
+
+constexpr bool is_k_quant(WeightType t) { return t == WeightType::q4_k || t == WeightType::q5_k || t == WeightType::q6_k; }
+
+// The K types a super-block (8 activation blocks) at a time: the sub-block
+// scales (and mins) of each row decoded once per super-block into floats,
+// the 8 sub-blocks unrolled so that every bit position is a constant, and
+// the mins met once per super-block by the 8 block sums of each column.
+template <WeightType T, int R, int NC>
+SPECDEC_AVX2_TARGET void quant_matmul_tile_k_avx2(const WeightMatrix& w, std::size_t row_begin, const std::int8_t* x_values,
+                                                  const float* x_scales, const std::int32_t* x_offset_sums,
+                                                  const float* x_block_sums, std::size_t blocks, float* y, std::size_t y_stride,
+                                                  bool accumulate) {
+    using Block = typename BlockOf<T>::type;
+    constexpr int kScales = T == WeightType::q6_k ? 16 : 8;
+    const std::size_t row_bytes = w.row_bytes();
+    const __m256i ones = _mm256_set1_epi16(1);
+    const std::byte* rows[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) rows[r] = w.data + (row_begin + r) * row_bytes;
+    __m256 acc[R][NC];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_setzero_ps();
+    const char* next_tile = reinterpret_cast<const char*>(rows[0]) + R * row_bytes;
+    alignas(32) float scale[R][kScales];
+    alignas(32) float mins[R][8];
+    for (std::size_t sb = 0; sb < blocks / 8; ++sb) {
+#pragma GCC unroll 4
+        for (std::size_t line = 0; line < (R * sizeof(Block) + 63) / 64; ++line) {
+            _mm_prefetch(next_tile + sb * R * sizeof(Block) + 64 * line, _MM_HINT_T0);
+        }
+        const std::byte* block[R];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            block[r] = rows[r] + sb * sizeof(Block);
+            Half d_bits;
+            std::memcpy(&d_bits, block[r] + offsetof(Block, d), 2);
+            const __m256 d = _mm256_set1_ps(_cvtsh_ss(d_bits));
+            if constexpr (T == WeightType::q6_k) {
+                const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block[r] + offsetof(Block, scales)));
+                _mm256_store_ps(scale[r], _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
+                _mm256_store_ps(scale[r] + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
+            } else {
+                // q4k_scale_min for all 8 sub-blocks at once, 4 bytes per 32-bit word.
+                std::uint32_t packed[3], sc[2], mn[2];
+                std::memcpy(packed, block[r] + offsetof(Block, scales), 12);
+                sc[0] = packed[0] & 0x3F3F3F3Fu;
+                mn[0] = packed[1] & 0x3F3F3F3Fu;
+                sc[1] = (packed[2] & 0x0F0F0F0Fu) | (((packed[0] >> 6) & 0x03030303u) << 4);
+                mn[1] = ((packed[2] >> 4) & 0x0F0F0F0Fu) | (((packed[1] >> 6) & 0x03030303u) << 4);
+                Half dmin_bits;
+                std::memcpy(&dmin_bits, block[r] + offsetof(Block, dmin), 2);
+                const __m256 dmin = _mm256_set1_ps(_cvtsh_ss(dmin_bits));
+                _mm256_store_ps(scale[r], _mm256_mul_ps(d, widen_u8x8(sc)));
+                // -(dmin * m): the same rounding as the dequantiser's dmin * m, negated.
+                _mm256_store_ps(mins[r], _mm256_xor_ps(_mm256_mul_ps(dmin, widen_u8x8(mn)), _mm256_set1_ps(-0.0f)));
+            }
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+            const std::size_t b = 8 * sb + j;
+            __m256i u[R];
+            __m256 s[R];
+#pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                if constexpr (T == WeightType::q6_k) {
+                    const int half = j / 4, p = j % 4;
+                    const __m256i ql = _mm256_loadu_si256(
+                        reinterpret_cast<const __m256i*>(block[r] + offsetof(Block, ql) + 64 * half + 32 * (p & 1)));
+                    const __m256i qh =
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block[r] + offsetof(Block, qh) + 32 * half));
+                    const __m256i low = _mm256_and_si256(_mm256_srli_epi16(ql, 4 * (p >> 1)), _mm256_set1_epi8(0x0F));
+                    const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * p), _mm256_set1_epi8(0x03));
+                    u[r] = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+                    s[r] = _mm256_set_m128(_mm_broadcast_ss(&scale[r][2 * j + 1]), _mm_broadcast_ss(&scale[r][2 * j]));
+                } else {
+                    const __m256i qs =
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block[r] + offsetof(Block, qs) + 32 * (j / 2)));
+                    u[r] = _mm256_and_si256(_mm256_srli_epi16(qs, 4 * (j % 2)), _mm256_set1_epi8(0x0F));
+                    if constexpr (T == WeightType::q5_k) {
+                        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block[r] + offsetof(BlockQ5_K, qh)));
+                        const __m256i bit = _mm256_and_si256(_mm256_srli_epi16(qh, j), _mm256_set1_epi8(0x01));
+                        u[r] = _mm256_or_si256(u[r], _mm256_slli_epi16(bit, 4));
+                    }
+                    s[r] = _mm256_broadcast_ss(&scale[r][j]);
+                }
+            }
+#pragma GCC unroll 4
+            for (int c = 0; c < NC; ++c) {
+                const std::size_t cb = c * blocks + b;
+                const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_values + cb * kQuantBlock));
+                const __m256 dx = _mm256_broadcast_ss(x_scales + cb);
+                __m256i offsets = _mm256_setzero_si256();
+                if constexpr (T == WeightType::q6_k) {
+                    offsets = _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_offset_sums + cb * 8)), 2);
+                }
+#pragma GCC unroll 4
+                for (int r = 0; r < R; ++r) {
+                    __m256i dot32 = _mm256_madd_epi16(_mm256_maddubs_epi16(u[r], xq), ones);
+                    if constexpr (T == WeightType::q6_k) dot32 = _mm256_sub_epi32(dot32, offsets);
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32), _mm256_mul_ps(s[r], dx), acc[r][c]);
+                }
+            }
+        }
+        if constexpr (T != WeightType::q6_k) {
+#pragma GCC unroll 4
+            for (int c = 0; c < NC; ++c) {
+                const __m256 sums = _mm256_loadu_ps(x_block_sums + c * blocks + 8 * sb);
+#pragma GCC unroll 4
+                for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(_mm256_load_ps(mins[r]), sums, acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        for (int c = 0; c < NC; ++c) {
+            const float result = horizontal_sum(acc[r][c]);
+            float& out = y[c * y_stride + row_begin + r];
+            out = accumulate ? out + result : result;
+        }
+    }
+}
+
 template <WeightType T, int R>
 SPECDEC_AVX2_TARGET void quant_matmul_row_tile_avx2(const WeightMatrix& w, std::size_t row_begin, const Q8Activations& qx,
                                                     std::size_t columns, float* y, std::size_t y_stride, bool accumulate) {
@@ -382,11 +481,21 @@ SPECDEC_AVX2_TARGET void quant_matmul_row_tile_avx2(const WeightMatrix& w, std::
         const std::int32_t* xo = qx.offset_sums.data() + c0 * blocks * 8;
         const float* xl = qx.lane_sums.data() + c0 * blocks * 8;
         float* yg = y + c0 * y_stride;
-        switch (std::min<std::size_t>(4, columns - c0)) {
-            case 1: quant_matmul_tile_avx2<T, R, 1>(w, row_begin, xv, xs, xo, xl, blocks, yg, y_stride, accumulate); break;
-            case 2: quant_matmul_tile_avx2<T, R, 2>(w, row_begin, xv, xs, xo, xl, blocks, yg, y_stride, accumulate); break;
-            case 3: quant_matmul_tile_avx2<T, R, 3>(w, row_begin, xv, xs, xo, xl, blocks, yg, y_stride, accumulate); break;
-            default: quant_matmul_tile_avx2<T, R, 4>(w, row_begin, xv, xs, xo, xl, blocks, yg, y_stride, accumulate); break;
+        if constexpr (is_k_quant(T)) {
+            const float* xb = qx.block_sums.data() + c0 * blocks;
+            switch (std::min<std::size_t>(4, columns - c0)) {
+                case 1: quant_matmul_tile_k_avx2<T, R, 1>(w, row_begin, xv, xs, xo, xb, blocks, yg, y_stride, accumulate); break;
+                case 2: quant_matmul_tile_k_avx2<T, R, 2>(w, row_begin, xv, xs, xo, xb, blocks, yg, y_stride, accumulate); break;
+                case 3: quant_matmul_tile_k_avx2<T, R, 3>(w, row_begin, xv, xs, xo, xb, blocks, yg, y_stride, accumulate); break;
+                default: quant_matmul_tile_k_avx2<T, R, 4>(w, row_begin, xv, xs, xo, xb, blocks, yg, y_stride, accumulate); break;
+            }
+        } else {
+            switch (std::min<std::size_t>(4, columns - c0)) {
+                case 1: quant_matmul_tile_avx2<T, R, 1>(w, row_begin, xv, xs, xo, xl, blocks, yg, y_stride, accumulate); break;
+                case 2: quant_matmul_tile_avx2<T, R, 2>(w, row_begin, xv, xs, xo, xl, blocks, yg, y_stride, accumulate); break;
+                case 3: quant_matmul_tile_avx2<T, R, 3>(w, row_begin, xv, xs, xo, xl, blocks, yg, y_stride, accumulate); break;
+                default: quant_matmul_tile_avx2<T, R, 4>(w, row_begin, xv, xs, xo, xl, blocks, yg, y_stride, accumulate); break;
+            }
         }
     }
 }
