@@ -1,99 +1,122 @@
-// Exactness of the whole decoder: the empirical distribution of generated
-// 3-token sequences over a 5-token vocabulary (125 cells) must match the
-// processed target's sequence distribution, computed exactly by enumeration.
-// Pearson chi-square at fixed seeds: exact configurations must give p >= 1e-3;
-// the negative controls (wrong rules, biased drafters) must give p < 1e-6.
+// Exactness of the whole decoder, through the exactness harness
+// (support/exactness_harness.hpp): whole generated sequences at least k + 1
+// tokens long, so that the first step drafts every position 0 .. k - 1, are
+// compared by Pearson's chi-square with the processed target's sequence
+// distribution from an independent reference of the sampling transforms.
+// Exact configurations must give p >= 1e-3; the negative controls (one per
+// family: deep-position residual, top-p boundary, a transform on one side,
+// point-mass residual) must give p < 1e-6 with the same statistic.
+// Set SPECDEC_EXACTNESS_REPORT=1 to print every configuration's chi-square
+// and the per-position reached/accepted counts.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <functional>
+#include <span>
 #include <vector>
 
 #include "specdec/specdec.hpp"
 #include "support/catch.hpp"
-#include "support/statistics.hpp"
+#include "support/exactness_harness.hpp"
 #include "support/toy_models.hpp"
 
 using specdec::DecodingOptions;
 using specdec::SamplingOptions;
 using specdec::Token;
+using specdec::test::check_caught;
+using specdec::test::check_exact;
+using specdec::test::ExactnessSetup;
+using specdec::test::reference_conditional;
+using specdec::test::run_exactness;
+using specdec::test::sampled_run;
 using specdec::test::ToyLM;
 using specdec::test::ToyLMOptions;
 
 namespace {
 
-constexpr double kExactSignificance = 1e-3;
-constexpr double kControlSignificance = 1e-6;
-constexpr std::size_t kVocab = 5;
-constexpr std::size_t kLength = 3;
-constexpr std::size_t kCells = kVocab * kVocab * kVocab;
+// Target and a draft correlated with it (the same logits plus seeded noise),
+// so that deep draft positions are reached and accepted often.
+ToyLMOptions target_options(std::size_t vocab) { return {.vocab = vocab, .seed = 5, .sharpness = 1.2}; }
+ToyLMOptions draft_options(std::size_t vocab, double noise = 0.5) {
+    return {.vocab = vocab, .seed = 5, .sharpness = 1.2, .noise_seed = 99, .noise = noise};
+}
 
-ToyLMOptions target_options() { return {.vocab = kVocab, .seed = 5, .sharpness = 1.2}; }
-// A draft that is related to the target but clearly different (acceptance ~0.7).
-ToyLMOptions draft_options() { return {.vocab = kVocab, .seed = 5, .sharpness = 1.2, .noise_seed = 99, .noise = 1.0}; }
+// A model whose every logits row is rewritten by `transform` (given the row
+// and the prefix it follows): how the negative controls put a wrong transform
+// into one or both models without touching the library.
+class TransformedLM {
+public:
+    using Transform = std::function<void(std::span<float>)>;
+    TransformedLM(ToyLMOptions options, Transform transform) : model_(options), transform_(std::move(transform)) {}
 
-const std::vector<Token> kPrompt{1, 3};
-
-// P(x1 x2 x3 | prompt) under the processed target distributions.
-std::vector<double> exact_sequence_distribution(const SamplingOptions& sampling) {
-    const ToyLM target(target_options());
-    std::vector<double> expected(kCells, 0.0);
-    std::vector<float> p(kVocab);
-    for (std::size_t cell = 0; cell < kCells; ++cell) {
-        std::vector<Token> sequence = kPrompt;
-        double probability = 1.0;
-        std::size_t code = cell;
-        for (std::size_t i = 0; i < kLength; ++i) {
-            const Token next = static_cast<Token>(code % kVocab);
-            code /= kVocab;
-            specdec::logits_to_distribution(target.logits_after(sequence), sampling, p);
-            probability *= p[static_cast<std::size_t>(next)];
-            sequence.push_back(next);
-        }
-        expected[cell] = probability;
+    std::size_t vocab_size() const { return model_.vocab_size(); }
+    std::size_t context_length() const { return model_.context_length(); }
+    std::size_t cached_tokens() const { return model_.cached_tokens(); }
+    void truncate(std::size_t n) { model_.truncate(n); }
+    specdec::LogitsView forward(std::span<const Token> tokens) {
+        const specdec::LogitsView view = model_.forward(tokens);
+        logits_.assign(view.data, view.data + view.rows * view.vocab);
+        for (std::size_t r = 0; r < view.rows; ++r) transform_({logits_.data() + r * view.vocab, view.vocab});
+        return specdec::dense_logits(logits_, view.rows, view.vocab);
     }
-    return expected;
-}
 
-std::size_t cell_of(const std::vector<Token>& tokens) {
-    std::size_t cell = 0, scale = 1;
-    for (std::size_t i = 0; i < kLength; ++i, scale *= kVocab) cell += static_cast<std::size_t>(tokens[i]) * scale;
-    return cell;
-}
-
-template <class MakeDecoder>
-specdec::test::ChiSquareResult sequence_test(const SamplingOptions& sampling, std::size_t samples, MakeDecoder make_decoder) {
-    std::vector<std::size_t> counts(kCells, 0);
-    for (std::size_t s = 0; s < samples; ++s) {
-        auto decoder = make_decoder(DecodingOptions{.sampling = sampling, .seed = 1000 + s, .max_new_tokens = kLength});
-        const auto result = decoder->generate(kPrompt);
-        REQUIRE(result.tokens.size() == kLength);
-        ++counts[cell_of(result.tokens)];
-    }
-    return specdec::test::chi_square_test(counts, exact_sequence_distribution(sampling));
-}
-
-const std::vector<SamplingOptions> kTransforms{
-    {.temperature = 1.0},
-    {.temperature = 0.6},
-    {.temperature = 1.4, .top_k = 3},
-    {.temperature = 1.0, .top_p = 0.8},
-    {.temperature = 1.0, .min_p = 0.15},
+private:
+    ToyLM model_;
+    Transform transform_;
+    std::vector<float> logits_;
 };
 
-std::string describe(const SamplingOptions& s) {
-    std::ostringstream out;
-    out << "T=" << s.temperature << " top_k=" << s.top_k << " top_p=" << s.top_p << " min_p=" << s.min_p;
-    return out.str();
+constexpr std::size_t kSamples = 20000;
+
+template <class Target, class Draft, class Rule = specdec::TokenwiseRejection>
+auto speculative_run(Target& target, Draft& draft, std::size_t k, SamplingOptions sampling, std::size_t length,
+                     const std::vector<Token>& prompt) {
+    return [&target, &draft, k, sampling, length, &prompt](std::uint64_t seed) {
+        specdec::SpeculativeDecoder<Target, Draft, Rule> decoder(
+            specdec::target(target), specdec::draft(draft),
+            DecodingOptions{.draft_tokens = k, .sampling = sampling, .seed = seed, .max_new_tokens = length});
+        return sampled_run(decoder.generate(prompt));
+    };
 }
 
-// Proposes the draft model's argmax but reports the full sampled-from-nowhere q:
-// the biased pattern of drafting greedily and then applying the p/q test.
+// The correct rule except that from draft position 2 on a rejection resamples
+// from p instead of the residual max(p - q, 0).
+struct ResidualBugFromPosition2 {
+    specdec::AcceptanceResult operator()(const specdec::DraftProposal& d, specdec::DistributionRows p,
+                                         const specdec::CounterRng& rng, std::uint64_t position) const {
+        const specdec::AcceptanceResult correct = specdec::accept_rejection_sampling(d, p, rng, position);
+        if (correct.accepted < 2 || correct.accepted == d.size()) return correct;
+        const double v = rng.uniform(position + correct.accepted, specdec::RandomPurpose::target_sample);
+        return {correct.accepted, specdec::sample_from_distribution(p.row(correct.accepted), v)};
+    }
+};
+
+// The correct rule except that a point-mass draft's residual keeps the drafted
+// token (draws from p instead of p without the rejected token).
+struct PointMassResidualKeepsDraft {
+    specdec::AcceptanceResult operator()(const specdec::DraftProposal& d, specdec::DistributionRows p,
+                                         const specdec::CounterRng& rng, std::uint64_t position) const {
+        const specdec::AcceptanceResult correct = specdec::accept_rejection_sampling(d, p, rng, position);
+        if (correct.accepted == d.size()) return correct;
+        const double v = rng.uniform(position + correct.accepted, specdec::RandomPurpose::target_sample);
+        return {correct.accepted, specdec::sample_from_distribution(p.row(correct.accepted), v)};
+    }
+};
+
+// Proposes the draft model's argmax but reports the full q: the biased
+// pattern of drafting greedily and then applying the p/q test.
 class ArgmaxDrafterReportingQ {
 public:
-    explicit ArgmaxDrafterReportingQ(ToyLM& model) : model_(model) {}
+    explicit ArgmaxDrafterReportingQ(const ToyLM& model) : model_(model) {}
     void reset() {}
     specdec::DraftProposal propose(const specdec::DraftRequest& request) {
-        specdec::DraftProposal proposal{.vocab = kVocab};
+        specdec::DraftProposal proposal{.vocab = model_.vocab_size()};
         std::vector<Token> context(request.history.begin(), request.history.end());
         for (std::size_t i = 0; i < request.max_tokens; ++i) {
-            std::vector<float> q(kVocab);
+            std::vector<float> q(model_.vocab_size());
             specdec::logits_to_distribution(model_.logits_after(context), request.sampling, q);
             const Token token = static_cast<Token>(std::max_element(q.begin(), q.end()) - q.begin());
             proposal.tokens.push_back(token);
@@ -104,19 +127,20 @@ public:
     }
 
 private:
-    ToyLM& model_;
+    const ToyLM& model_;
 };
 
 // Samples from the top-2-filtered draft distribution but reports the unfiltered q.
 class WarpedSampleUnwarpedQ {
 public:
-    explicit WarpedSampleUnwarpedQ(ToyLM& model) : model_(model) {}
+    explicit WarpedSampleUnwarpedQ(const ToyLM& model) : model_(model) {}
     void reset() {}
     specdec::DraftProposal propose(const specdec::DraftRequest& request) {
-        specdec::DraftProposal proposal{.vocab = kVocab};
+        const std::size_t vocab = model_.vocab_size();
+        specdec::DraftProposal proposal{.vocab = vocab};
         std::vector<Token> context(request.history.begin(), request.history.end());
         for (std::size_t i = 0; i < request.max_tokens; ++i) {
-            std::vector<float> warped(kVocab), plain(kVocab);
+            std::vector<float> warped(vocab), plain(vocab);
             const auto logits = model_.logits_after(context);
             SamplingOptions filtered = request.sampling;
             filtered.top_k = 2;
@@ -133,102 +157,195 @@ public:
     }
 
 private:
-    ToyLM& model_;
+    const ToyLM& model_;
 };
 
-struct ForgetsResidual {
-    specdec::AcceptanceResult operator()(const specdec::DraftProposal& d, specdec::DistributionRows p,
-                                         const specdec::CounterRng& rng, std::uint64_t pos) const {
-        for (std::size_t i = 0; i < d.size(); ++i) {
-            const Token x = d.tokens[i];
-            if (rng.uniform(pos + i, specdec::RandomPurpose::accept_test) * d.q_of(i, x) < p.row(i)[static_cast<std::size_t>(x)])
-                continue;
-            return {i, specdec::sample_from_distribution(p.row(i), rng.uniform(pos + i, specdec::RandomPurpose::target_sample))};
-        }
-        return {d.size(), specdec::sample_from_distribution(p.row(d.size()), rng.uniform(pos + d.size(), specdec::RandomPurpose::target_sample))};
-    }
-};
-
-struct AlwaysAccept {
-    specdec::AcceptanceResult operator()(const specdec::DraftProposal& d, specdec::DistributionRows p,
-                                         const specdec::CounterRng& rng, std::uint64_t pos) const {
-        return {d.size(), specdec::sample_from_distribution(p.row(d.size()), rng.uniform(pos + d.size(), specdec::RandomPurpose::target_sample))};
-    }
-};
-
-constexpr std::size_t kSamples = 40000;
+// A period-9 pattern over 3 tokens, repeated: prompt lookup then proposes 8
+// tokens (the continuation of the previous period) at the first step.
+const std::vector<Token> kLookupPrompt{0, 1, 1, 2, 0, 2, 2, 1, 0, 0, 1, 1, 2, 0, 2, 2, 1, 0};
 
 }  // namespace
 
-TEST_CASE("speculative sampling generates 3-token sequences with exactly the target's distribution", "[exactness][decoder]") {
-    for (const std::size_t k : {1, 3, 8}) {
-        for (const SamplingOptions& sampling : kTransforms) {
-            ToyLM target(target_options()), draft(draft_options());
-            const auto result = sequence_test(sampling, kSamples, [&](DecodingOptions options) {
-                options.draft_tokens = k;
-                return std::make_unique<specdec::SpeculativeDecoder<ToyLM, ToyLM>>(specdec::target(target), specdec::draft(draft), options);
-            });
-            INFO("k " << k << ", " << describe(sampling) << ": chi2 " << result.statistic << " df "
-                      << result.degrees_of_freedom << " p " << result.p_value);
-            CHECK(result.p_value >= kExactSignificance);
+TEST_CASE("prompt lookup proposes all 8 positions on the exactness prompt", "[exactness][decoder]") {
+    specdec::PromptLookupDrafter drafter({.min_ngram = 1, .max_ngram = 3});
+    const SamplingOptions sampling{};
+    const specdec::CounterRng rng{1};
+    const auto proposal = drafter.propose({kLookupPrompt, 8, sampling, rng});
+    CHECK(proposal.size() == 8);
+}
+
+TEST_CASE("token-wise rejection sampling is exact at every draft position (k = 4 and k = 8)", "[exactness][decoder]") {
+    struct Case {
+        std::size_t vocab, k;
+        std::vector<Token> prompt;
+    };
+    for (const Case& c : {Case{3, 4, {1, 2}}, Case{2, 8, {1, 0}}}) {
+        ToyLM target(target_options(c.vocab)), draft(draft_options(c.vocab));
+        const SamplingOptions sampling{.temperature = 1.0};
+        const ExactnessSetup setup{.name = "token-wise, vocab " + std::to_string(c.vocab) + ", k " + std::to_string(c.k),
+                                   .prompt = c.prompt,
+                                   .vocab = c.vocab,
+                                   .length = c.k + 1,
+                                   .draft_tokens = c.k,
+                                   .samples = kSamples,
+                                   .target = reference_conditional(target, sampling)};
+        const auto report = run_exactness(setup, speculative_run(target, draft, c.k, sampling, setup.length, setup.prompt));
+        check_exact(report, c.k);
+        CHECK(report.accepted[c.k - 1] > 0);  // the bonus row after a full block was used too
+    }
+}
+
+TEST_CASE("the sampling transforms and their combinations are exact against the independent reference", "[exactness][decoder][sampling]") {
+    const std::vector<SamplingOptions> transforms{
+        {.temperature = 0.6},
+        {.temperature = 1.4, .top_k = 3},
+        {.temperature = 1.0, .top_p = 0.8},
+        {.temperature = 1.0, .min_p = 0.15},
+        {.temperature = 0.8, .top_k = 4, .top_p = 0.9},
+        {.temperature = 1.3, .top_k = 4, .top_p = 0.85, .min_p = 0.1},
+        {.temperature = 1.0, .top_p = 0.7, .min_p = 0.2},
+    };
+    constexpr std::size_t kVocab = 5, k = 3;
+    for (const SamplingOptions& sampling : transforms) {
+        ToyLM target(target_options(kVocab)), draft(draft_options(kVocab));
+        std::ostringstream name;
+        name << "vocab 5, k 3, T " << sampling.temperature << " top_k " << sampling.top_k << " top_p " << sampling.top_p
+             << " min_p " << sampling.min_p;
+        const ExactnessSetup setup{.name = name.str(),
+                                   .prompt = {1, 3},
+                                   .vocab = kVocab,
+                                   .length = k + 1,
+                                   .draft_tokens = k,
+                                   .samples = kSamples,
+                                   .target = reference_conditional(target, sampling)};
+        check_exact(run_exactness(setup, speculative_run(target, draft, k, sampling, setup.length, setup.prompt)), k);
+    }
+}
+
+TEST_CASE("autoregressive sampling passes the same harness (the baseline is exact too)", "[exactness][decoder]") {
+    for (const SamplingOptions& sampling : {SamplingOptions{.temperature = 1.0}, SamplingOptions{.temperature = 1.3, .top_k = 4, .top_p = 0.85, .min_p = 0.1}}) {
+        ToyLM target(target_options(5));
+        const ExactnessSetup setup{.name = "autoregressive",
+                                   .prompt = {1, 3},
+                                   .vocab = 5,
+                                   .length = 4,
+                                   .samples = kSamples,
+                                   .target = reference_conditional(target, sampling)};
+        check_exact(run_exactness(setup,
+                                  [&](std::uint64_t seed) {
+                                      specdec::AutoregressiveDecoder decoder(
+                                          target, {.sampling = sampling, .seed = seed, .max_new_tokens = 4});
+                                      return sampled_run(decoder.generate(setup.prompt));
+                                  }),
+                    0);
+    }
+}
+
+TEST_CASE("prompt lookup (point-mass drafts) is exact with all 8 draft positions reached", "[exactness][decoder]") {
+    for (const SamplingOptions& sampling : {SamplingOptions{.temperature = 1.0}, SamplingOptions{.temperature = 0.7, .top_k = 2}}) {
+        ToyLM target(target_options(3));
+        specdec::PromptLookupDrafter drafter({.min_ngram = 1, .max_ngram = 3});
+        const ExactnessSetup setup{.name = "prompt lookup, vocab 3, k 8",
+                                   .prompt = kLookupPrompt,
+                                   .vocab = 3,
+                                   .length = 9,
+                                   .draft_tokens = 8,
+                                   .samples = kSamples,
+                                   .target = reference_conditional(target, sampling)};
+        const auto report = run_exactness(setup, speculative_run(target, drafter, 8, sampling, 9, setup.prompt));
+        check_exact(report, 8);
+        CHECK(report.accepted[2] > 0);
+    }
+}
+
+TEST_CASE("negative control: a residual bug only at draft positions >= 2 is caught", "[exactness][decoder][negative-control]") {
+    ToyLM target(target_options(3)), draft(draft_options(3));
+    const SamplingOptions sampling{.temperature = 1.0};
+    const ExactnessSetup setup{.name = "residual from p at positions >= 2",
+                               .prompt = {1, 2},
+                               .vocab = 3,
+                               .length = 5,
+                               .draft_tokens = 4,
+                               .samples = kSamples,
+                               .target = reference_conditional(target, sampling)};
+    check_caught(run_exactness(setup, speculative_run<ToyLM, ToyLM, ResidualBugFromPosition2>(target, draft, 4, sampling, 5, setup.prompt)), 4);
+}
+
+TEST_CASE("negative control: a top-p boundary that drops the token crossing top_p is caught", "[exactness][decoder][negative-control][sampling]") {
+    // Both models keep only the most probable tokens whose mass stays *below*
+    // top_p (at least one) instead of the smallest set that reaches it.
+    constexpr double kTopP = 0.8;
+    auto wrong_top_p = [](std::span<float> row) {
+        const auto reference = specdec::test::reference_distribution(row, {.temperature = 1.0});
+        std::vector<std::size_t> order(row.size());
+        std::iota(order.begin(), order.end(), std::size_t{0});
+        std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return reference[a] > reference[b]; });
+        double mass = 0.0;
+        for (std::size_t r = 0; r < order.size(); ++r) {
+            mass += reference[order[r]];
+            if (r > 0 && mass >= kTopP) row[order[r]] = -std::numeric_limits<float>::infinity();
         }
-    }
+    };
+    TransformedLM target(target_options(5), wrong_top_p), draft(draft_options(5), wrong_top_p);
+    const ToyLM reference_model(target_options(5));
+    const ExactnessSetup setup{.name = "top-p boundary off by one",
+                               .prompt = {1, 3},
+                               .vocab = 5,
+                               .length = 4,
+                               .draft_tokens = 3,
+                               .samples = kSamples,
+                               .target = reference_conditional(reference_model, {.temperature = 1.0, .top_p = kTopP})};
+    check_caught(run_exactness(setup, speculative_run(target, draft, 3, {.temperature = 1.0}, 4, setup.prompt)), 3);
 }
 
-TEST_CASE("autoregressive sampling passes the same sequence test (the baseline is exact too)", "[exactness][decoder]") {
-    for (const SamplingOptions& sampling : kTransforms) {
-        ToyLM target(target_options());
-        const auto result = sequence_test(sampling, kSamples, [&](DecodingOptions options) {
-            return std::make_unique<specdec::AutoregressiveDecoder<ToyLM>>(target, options);
-        });
-        INFO(describe(sampling) << ": p " << result.p_value);
-        CHECK(result.p_value >= kExactSignificance);
-    }
+TEST_CASE("negative control: a temperature applied to the draft only is caught", "[exactness][decoder][negative-control][sampling]") {
+    // The user asks for T = 0.6; the drafter applies it, the verifier does not.
+    auto scale = [](std::span<float> row) {
+        for (float& x : row) x = static_cast<float>(x / 0.6);
+    };
+    ToyLM target(target_options(5));
+    TransformedLM draft(draft_options(5), scale);
+    const ExactnessSetup setup{.name = "temperature on the draft only",
+                               .prompt = {1, 3},
+                               .vocab = 5,
+                               .length = 4,
+                               .draft_tokens = 3,
+                               .samples = kSamples,
+                               .target = reference_conditional(target, {.temperature = 0.6})};
+    check_caught(run_exactness(setup, speculative_run(target, draft, 3, {.temperature = 1.0}, 4, setup.prompt)), 3);
 }
 
-TEST_CASE("point-mass drafters (prompt lookup) keep the target distribution exact", "[exactness][decoder]") {
-    for (const std::size_t k : {1, 3}) {
-        ToyLM target(target_options());
-        specdec::PromptLookupDrafter drafter({.min_ngram = 1, .max_ngram = 2});
-        const auto result = sequence_test({.temperature = 1.0}, kSamples, [&](DecodingOptions options) {
-            options.draft_tokens = k;
-            return std::make_unique<specdec::SpeculativeDecoder<ToyLM, specdec::PromptLookupDrafter>>(specdec::target(target), specdec::draft(drafter), options);
-        });
-        INFO("k " << k << ": p " << result.p_value);
-        CHECK(result.p_value >= kExactSignificance);
-    }
-}
-
-TEST_CASE("negative controls: wrong acceptance rules are rejected by the same sequence test", "[exactness][decoder][negative-control]") {
-    ToyLM target(target_options()), draft(draft_options());
-    const auto always = sequence_test({.temperature = 1.0}, kSamples, [&](DecodingOptions options) {
-        options.draft_tokens = 3;
-        return std::make_unique<specdec::SpeculativeDecoder<ToyLM, ToyLM, AlwaysAccept>>(specdec::target(target), specdec::draft(draft), options);
-    });
-    INFO("always accept: p " << always.p_value);
-    CHECK(always.p_value < kControlSignificance);
-    const auto forgets = sequence_test({.temperature = 1.0}, kSamples, [&](DecodingOptions options) {
-        options.draft_tokens = 3;
-        return std::make_unique<specdec::SpeculativeDecoder<ToyLM, ToyLM, ForgetsResidual>>(specdec::target(target), specdec::draft(draft), options);
-    });
-    INFO("forgets residual: p " << forgets.p_value);
-    CHECK(forgets.p_value < kControlSignificance);
+TEST_CASE("negative control: a point-mass residual that keeps the drafted token is caught", "[exactness][decoder][negative-control]") {
+    ToyLM target(target_options(3));
+    specdec::PromptLookupDrafter drafter({.min_ngram = 1, .max_ngram = 3});
+    const SamplingOptions sampling{.temperature = 1.0};
+    const ExactnessSetup setup{.name = "point-mass residual keeps the draft",
+                               .prompt = kLookupPrompt,
+                               .vocab = 3,
+                               .length = 9,
+                               .draft_tokens = 8,
+                               .samples = kSamples,
+                               .target = reference_conditional(target, sampling)};
+    check_caught(run_exactness(setup, speculative_run<ToyLM, specdec::PromptLookupDrafter, PointMassResidualKeepsDraft>(
+                                          target, drafter, 8, sampling, 9, setup.prompt)),
+                 8);
 }
 
 TEST_CASE("negative controls: drafting the argmax, or sampling a warped q while reporting the unwarped one, is caught", "[exactness][decoder][negative-control]") {
-    ToyLM target(target_options()), draft(draft_options());
-    ArgmaxDrafterReportingQ argmax_drafter(draft);
-    const auto argmax = sequence_test({.temperature = 1.0}, kSamples, [&](DecodingOptions options) {
-        options.draft_tokens = 3;
-        return std::make_unique<specdec::SpeculativeDecoder<ToyLM, ArgmaxDrafterReportingQ>>(specdec::target(target), specdec::draft(argmax_drafter), options);
-    });
-    INFO("argmax drafter: p " << argmax.p_value);
-    CHECK(argmax.p_value < kControlSignificance);
-    WarpedSampleUnwarpedQ warped_drafter(draft);
-    const auto warped = sequence_test({.temperature = 1.0}, kSamples, [&](DecodingOptions options) {
-        options.draft_tokens = 3;
-        return std::make_unique<specdec::SpeculativeDecoder<ToyLM, WarpedSampleUnwarpedQ>>(specdec::target(target), specdec::draft(warped_drafter), options);
-    });
-    INFO("warped sample, unwarped q: p " << warped.p_value);
-    CHECK(warped.p_value < kControlSignificance);
+    ToyLM target(target_options(5));
+    const ToyLM draft_model(draft_options(5));
+    const SamplingOptions sampling{.temperature = 1.0};
+    const ExactnessSetup setup{.name = "argmax drafter reporting q",
+                               .prompt = {1, 3},
+                               .vocab = 5,
+                               .length = 4,
+                               .draft_tokens = 3,
+                               .samples = kSamples,
+                               .target = reference_conditional(target, sampling)};
+    ArgmaxDrafterReportingQ argmax(draft_model);
+    check_caught(run_exactness(setup, speculative_run(target, argmax, 3, sampling, 4, setup.prompt)), 3);
+    WarpedSampleUnwarpedQ warped(draft_model);
+    ExactnessSetup warped_setup = setup;
+    warped_setup.name = "top-2 sample, unfiltered q";
+    check_caught(run_exactness(warped_setup, speculative_run(target, warped, 3, sampling, 4, setup.prompt)), 3);
 }
