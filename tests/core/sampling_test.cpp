@@ -3,8 +3,11 @@
 #include <vector>
 
 #include "specdec/core/error.hpp"
+#include "specdec/specdec.hpp"
 #include "specdec/sampling/logits_processing.hpp"
 #include "support/catch.hpp"
+#include "support/exactness_harness.hpp"
+#include "support/toy_models.hpp"
 
 using specdec::SamplingOptions;
 
@@ -106,4 +109,96 @@ TEST_CASE("inverse-CDF sampling never returns a token of probability 0", "[sampl
     CHECK(specdec::sample_from_distribution(p, 0.25) == 2);
     CHECK(specdec::sample_from_distribution(p, 1.0 - 0x1.0p-53) == 2);
     CHECK_THROWS_AS(specdec::sample_from_distribution(std::vector<float>{0.0f, 0.0f}, 0.5), specdec::Error);
+}
+
+TEST_CASE("a tiny temperature gives the argmax, not the last token", "[sampling]") {
+    // 1 / 1e-39 overflows a float: the maximum's (0 * inf) once made the whole row NaN.
+    const std::vector<float> logits{0.1f, 2.0f, 0.5f, -1.0f};
+    for (const double temperature : {1e-39, 1e-30, 1e-300, std::numeric_limits<double>::denorm_min()}) {
+        INFO("temperature " << temperature);
+        const auto p = distribution(logits, {.temperature = temperature});
+        CHECK(p == std::vector<float>{0.0f, 1.0f, 0.0f, 0.0f});
+        for (const double u : {0.0, 0.5, 1.0 - 0x1.0p-53}) CHECK(specdec::sample_from_distribution(p, u) == 1);
+    }
+    // Tied maxima: the limit T -> 0 of softmax(l / T) is uniform over them.
+    const auto tied = distribution({2.0f, -1.0f, 2.0f}, {.temperature = 1e-39});
+    CHECK(tied == std::vector<float>{0.5f, 0.0f, 0.5f});
+    // Masked tokens stay masked at any temperature, tiny or huge.
+    const float masked = -std::numeric_limits<float>::infinity();
+    CHECK(distribution({masked, 1.0f, 0.0f}, {.temperature = 1e-39}) == std::vector<float>{0.0f, 1.0f, 0.0f});
+    const auto flat = distribution({masked, 1.0f, 0.0f}, {.temperature = 1e300});
+    CHECK(flat[0] == 0.0f);
+    CHECK(flat[1] == Approx(0.5));
+}
+
+TEST_CASE("a tiny temperature in the decoders gives the greedy output", "[sampling][decoder]") {
+    specdec::test::ToyLM reference({.vocab = 30, .seed = 4});
+    const std::vector<specdec::Token> prompt{1, 2, 3};
+    const auto greedy = specdec::AutoregressiveDecoder(reference, {.sampling = {.temperature = 0.0}, .max_new_tokens = 24})
+                            .generate(prompt)
+                            .tokens;
+    specdec::test::ToyLM target({.vocab = 30, .seed = 4}), draft({.vocab = 30, .seed = 4, .noise_seed = 7, .noise = 0.5});
+    const specdec::DecodingOptions tiny{.draft_tokens = 4, .sampling = {.temperature = 1e-39}, .seed = 3, .max_new_tokens = 24};
+    CHECK(specdec::AutoregressiveDecoder(reference, tiny).generate(prompt).tokens == greedy);
+    CHECK(specdec::SpeculativeDecoder(specdec::target(target), specdec::draft(draft), tiny).generate(prompt).tokens == greedy);
+}
+
+TEST_CASE("top-k ties go to the lowest ids, and top-p measures the mass before renormalising after top-k", "[sampling]") {
+    // Ranking ties: equal logits are ranked by increasing id.
+    const auto tied = distribution({1.0f, 2.0f, 2.0f, 2.0f}, {.top_k = 2});
+    CHECK(tied[0] == 0.0f);
+    CHECK(tied[1] == Approx(0.5));
+    CHECK(tied[2] == Approx(0.5));
+    CHECK(tied[3] == 0.0f);
+    // p = {0.4, 0.3, 0.3}, top_k = 2, top_p = 0.55: the first token's mass 0.4 is
+    // below 0.55, so the second is kept too (renormalising after top-k first would
+    // give 0.4 / 0.7 = 0.57 >= 0.55 and keep one token).
+    const auto p = distribution(logits_of({0.4, 0.3, 0.3}), {.top_k = 2, .top_p = 0.55});
+    CHECK(p[0] == Approx(0.4 / 0.7).epsilon(1e-5));
+    CHECK(p[1] == Approx(0.3 / 0.7).epsilon(1e-5));
+    CHECK(p[2] == 0.0f);
+}
+
+TEST_CASE("the library's processed distribution equals the independent reference on random rows", "[sampling][exactness]") {
+    // Every combination of the transforms, vocabularies 2, 5 and 50, rows of
+    // Gaussian logits: the same support (tokens of probability 0) and
+    // probabilities within 2e-6.
+    const std::vector<SamplingOptions> options{
+        {.temperature = 0.0},
+        {.temperature = 1.0},
+        {.temperature = 0.3},
+        {.temperature = 2.5},
+        {.temperature = 1e-39},
+        {.top_k = 1},
+        {.top_k = 3},
+        {.top_p = 0.5},
+        {.top_p = 0.9},
+        {.min_p = 0.05},
+        {.min_p = 0.5},
+        {.temperature = 0.7, .top_k = 3, .top_p = 0.8},
+        {.temperature = 1.5, .top_k = 10, .min_p = 0.1},
+        {.temperature = 0.9, .top_p = 0.6, .min_p = 0.3},
+        {.temperature = 1.2, .top_k = 20, .top_p = 0.95, .min_p = 0.02},
+    };
+    for (const std::size_t vocab : {2, 5, 50}) {
+        for (std::uint64_t row_seed = 0; row_seed < 40; ++row_seed) {
+            std::vector<float> logits(vocab);
+            for (std::size_t v = 0; v < vocab; ++v) {
+                const double u1 = 1.0 - specdec::counter_uniform(row_seed, vocab, specdec::RandomPurpose::draft_sample, static_cast<std::uint32_t>(v));
+                const double u2 = specdec::counter_uniform(row_seed, vocab, specdec::RandomPurpose::accept_test, static_cast<std::uint32_t>(v));
+                logits[v] = static_cast<float>(2.0 * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+            }
+            for (const SamplingOptions& o : options) {
+                const auto library = distribution(logits, o);
+                const auto reference = specdec::test::reference_distribution(logits, o);
+                INFO("vocab " << vocab << " row " << row_seed << " T " << o.temperature << " top_k " << o.top_k
+                              << " top_p " << o.top_p << " min_p " << o.min_p);
+                for (std::size_t v = 0; v < vocab; ++v) {
+                    INFO("token " << v << ": library " << library[v] << ", reference " << reference[v]);
+                    REQUIRE((library[v] == 0.0f) == (reference[v] == 0.0));
+                    REQUIRE(std::abs(library[v] - reference[v]) <= 2e-6);
+                }
+            }
+        }
+    }
 }

@@ -77,7 +77,12 @@ inline void logits_to_distribution(std::span<const float> logits, const Sampling
     const float inverse_temperature = static_cast<float>(1.0 / options.temperature);
     float total = 0.0f;
     for (std::size_t i = 0; i < vocab; ++i) {
-        const float e = detail::exp_nonpositive((logits[i] - max_logit) * inverse_temperature);
+        // The maximum gets exp(0) = 1 without the product: at a temperature so
+        // small that 1 / T overflows to inf, 0 * inf would be NaN and the row
+        // would have no mass (the limit T -> 0 is the uniform distribution over
+        // the tied maxima, which this gives).
+        const float scaled = logits[i] == max_logit ? 0.0f : (logits[i] - max_logit) * inverse_temperature;
+        const float e = detail::exp_nonpositive(scaled);
         probabilities[i] = e;
         total += e;
     }

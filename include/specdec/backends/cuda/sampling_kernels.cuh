@@ -80,7 +80,9 @@ __global__ void softmax_rows_kernel(const float* logits, std::size_t row_stride,
     if (!checked_row_max(row, vocab, row_index, status, max_logit)) return;
     float local_total = 0.0f;
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-        const float e = exp_nonpositive((row[i] - max_logit) * inverse_temperature);
+        // As on the host: the maximum skips the product, since 0 * inf (1 / T
+        // overflowing for a tiny T) is NaN.
+        const float e = exp_nonpositive(row[i] == max_logit ? 0.0f : (row[i] - max_logit) * inverse_temperature);
         out[i] = e;
         local_total += e;
     }
