@@ -71,15 +71,12 @@ private:
 
 constexpr std::size_t kSamples = 20000;
 
-template <class Target, class Draft, class Rule = specdec::TokenwiseRejection>
+// k drafts a step, `length` tokens, one decoder per seed.
+template <class Rule = specdec::TokenwiseRejection, class Target, class Draft>
 auto speculative_run(Target& target, Draft& draft, std::size_t k, SamplingOptions sampling, std::size_t length,
                      const std::vector<Token>& prompt) {
-    return [&target, &draft, k, sampling, length, &prompt](std::uint64_t seed) {
-        specdec::SpeculativeDecoder<Target, Draft, Rule> decoder(
-            specdec::target(target), specdec::draft(draft),
-            DecodingOptions{.draft_tokens = k, .sampling = sampling, .seed = seed, .max_new_tokens = length});
-        return sampled_run(decoder.generate(prompt));
-    };
+    return specdec::test::speculative_runner(target, draft, {.draft_tokens = k, .sampling = sampling, .max_new_tokens = length},
+                                             prompt, Rule{});
 }
 
 // The correct rule except that from draft position 2 on a rejection resamples
@@ -268,7 +265,7 @@ TEST_CASE("negative control: a residual bug only at draft positions >= 2 is caug
                                .draft_tokens = 4,
                                .samples = kSamples,
                                .target = reference_conditional(target, sampling)};
-    check_caught(run_exactness(setup, speculative_run<ToyLM, ToyLM, ResidualBugFromPosition2>(target, draft, 4, sampling, 5, setup.prompt)), 4);
+    check_caught(run_exactness(setup, speculative_run<ResidualBugFromPosition2>(target, draft, 4, sampling, 5, setup.prompt)), 4);
 }
 
 TEST_CASE("negative control: a top-p boundary that drops the token crossing top_p is caught", "[exactness][decoder][negative-control][sampling]") {
@@ -326,7 +323,7 @@ TEST_CASE("negative control: a point-mass residual that keeps the drafted token 
                                .draft_tokens = 8,
                                .samples = kSamples,
                                .target = reference_conditional(target, sampling)};
-    check_caught(run_exactness(setup, speculative_run<ToyLM, specdec::PromptLookupDrafter, PointMassResidualKeepsDraft>(
+    check_caught(run_exactness(setup, speculative_run<PointMassResidualKeepsDraft>(
                                           target, drafter, 8, sampling, 9, setup.prompt)),
                  8);
 }

@@ -22,6 +22,9 @@
 //                                                .max_new_tokens = 5} ...
 //       return sampled_run(decoder.generate(setup.prompt));
 //   });
+//   // or, for a SpeculativeDecoder with any drafter and acceptance rule:
+//   run_exactness(setup, speculative_runner(target, draft, {.draft_tokens = 4, .sampling = sampling,
+//                                                           .max_new_tokens = 5}, setup.prompt, MyRule{}));
 //   check_exact(report);      // or check_caught(report) for a negative control
 //
 // Cells: every one of the vocab^length sequences is a cell, except that
@@ -47,6 +50,7 @@
 #include "specdec/core/sampling_options.hpp"
 #include "specdec/core/types.hpp"
 #include "specdec/decoding/decoding_options.hpp"
+#include "specdec/decoding/speculative_decoder.hpp"
 #include "support/catch.hpp"
 #include "support/statistics.hpp"
 
@@ -143,6 +147,20 @@ struct SampledRun {
 
 inline SampledRun sampled_run(const GenerationResult& result) {
     return {result.tokens, result.stats.proposed_at_position, result.stats.accepted_at_position};
+}
+
+// The common case: a fresh SpeculativeDecoder<Target, Draft, Rule> per seed
+// with `options` (its seed replaced), generating from `prompt`. The models
+// (and the prompt) must outlive the returned callable.
+template <class Target, class Draft, class Rule = TokenwiseRejection>
+auto speculative_runner(Target& target, Draft& draft, DecodingOptions options, const std::vector<Token>& prompt,
+                        Rule rule = {}) {
+    return [&target, &draft, options, &prompt, rule](std::uint64_t seed) {
+        DecodingOptions seeded = options;
+        seeded.seed = seed;
+        SpeculativeDecoder<Target, Draft, Rule> decoder(specdec::target(target), specdec::draft(draft), seeded, rule);
+        return sampled_run(decoder.generate(prompt));
+    };
 }
 
 struct ExactnessSetup {
