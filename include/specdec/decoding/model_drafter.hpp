@@ -28,6 +28,9 @@ public:
     // Runs the draft model over history except its last token, reusing the
     // longest common prefix already in its cache (see SpeculativeDecoder::prefill).
     void prefill(std::span<const Token> history) {
+        // A history longer than the draft's context leaves no room to draft
+        // (propose() returns nothing), and feeding it would overflow the cache.
+        if (history.size() > cache_.model().context_length()) return;
         const std::span<const Token> uncached = cache_.uncached_suffix(history);
         if (uncached.size() > 1) (void)cache_.forward(uncached.first(uncached.size() - 1));
     }

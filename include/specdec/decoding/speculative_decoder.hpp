@@ -115,8 +115,9 @@ public:
     // committed and counted. At most max_tokens tokens are emitted.
     // Returns stop = context_full (and no token) when the target's cache has no
     // room for the pending token.
-    // After the call: the target's cache holds at most sequence()[0 .. size - 1);
-    // rejected or unemitted positions are rolled back lazily by the next pass.
+    // After the call: the target's cache holds sequence()[0 .. size - 1), and
+    // after a stop inside an accepted block also the accepted drafts that were
+    // not emitted; those are rolled back lazily by the next pass.
     template <class OnToken = detail::IgnoreTokens>
     StepResult step(std::size_t max_tokens = Session::kUnlimited, OnToken&& on_token = {}) {
         this->check_step(max_tokens);
