@@ -163,12 +163,22 @@ TEST_CASE("a point-mass draft on a token of target probability 1 is always accep
 }
 
 TEST_CASE("without residual mass the residual draw falls back to p and never emits a zero-probability token", "[acceptance]") {
+    // q == p: max(p - q, 0) is 0 everywhere, so the draw must follow p itself
+    // (chi-square at 1e-3), and token 0 (p = 0) must never come out.
     const std::vector<float> p{0.0f, 0.7f, 0.3f};
     DraftProposal draft{.tokens = {1}, .probabilities = {0.0f, 0.7f, 0.3f}, .vocab = 3};
-    for (std::uint64_t seed = 0; seed < 1000; ++seed) {
+    std::vector<std::size_t> counts(3, 0);
+    for (std::uint64_t seed = 0; seed < 20000; ++seed) {
         const double u = CounterRng{seed}.uniform(0, RandomPurpose::target_sample);
-        REQUIRE(specdec::detail::sample_residual(p, draft, 0, u) != 0);
+        ++counts[static_cast<std::size_t>(specdec::detail::sample_residual(p, draft, 0, u))];
     }
+    CHECK(counts[0] == 0);
+    const auto result = specdec::test::chi_square_test(counts, std::vector<double>{0.0, 0.7, 0.3});
+    INFO("counts " << counts[1] << " / " << counts[2] << ": p " << result.p_value);
+    CHECK(result.p_value >= kExactSignificance);
+    // A fallback that drew uniformly over the positive tokens would be caught.
+    const auto uniform = specdec::test::chi_square_test(counts, std::vector<double>{0.0, 0.5, 0.5});
+    CHECK(uniform.p_value < kControlSignificance);
 }
 
 TEST_CASE("greedy verification keeps drafts up to the first mismatch and emits the target's argmax", "[acceptance]") {

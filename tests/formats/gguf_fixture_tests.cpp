@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 #include <string>
 
 #include "format_test_support.hpp"
@@ -60,11 +61,19 @@ TEST_CASE("The stories260K GGUF lists its 48 F32 tensors with ggml shapes and al
         CHECK(reinterpret_cast<std::uintptr_t>(tensor.data) % 32 == 0);
     }
 
-    // RMSNorm weights of a trained model are finite and mostly positive.
+    // RMSNorm weights of a trained model are finite and mostly positive (a
+    // wrong data offset or element type reads other bytes and breaks this).
     const auto& norm = file.tensor("output_norm.weight");
-    float first = 0;
-    std::memcpy(&first, norm.data, sizeof first);
-    CHECK(std::isfinite(first));
+    REQUIRE(norm.element_count == 64);
+    std::vector<float> weights(norm.element_count);
+    std::memcpy(weights.data(), norm.data, weights.size() * sizeof(float));
+    std::size_t finite = 0, positive = 0;
+    for (const float w : weights) {
+        finite += std::isfinite(w) ? 1 : 0;
+        positive += w > 0.0f ? 1 : 0;
+    }
+    CHECK(finite == weights.size());
+    CHECK(positive >= weights.size() * 9 / 10);
 }
 
 TEST_CASE("The quantised stories260K files hold the tensor types their README states", "[gguf][fixture]") {

@@ -2,11 +2,13 @@
 // either succeed or throw specdec::Error, and a file that opens must be safe
 // to read completely. Under the ASan/UBSan build this also proves that no
 // corruption makes the reader touch memory outside the mapping.
+#include <cctype>
 #include <cstdint>
 #include <fstream>
 #include <iterator>
 #include <limits>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -161,7 +163,18 @@ std::vector<std::byte> corrupt(const specdec::gguf::Writer::Encoded& original, s
 struct FuzzOutcome {
     int opened = 0;
     int rejected = 0;
+    // Distinct rejection messages with the path and numbers removed: how many
+    // different validation checks the corruptions reached.
+    std::set<std::string> reasons;
 };
+
+std::string reason_of(std::string message, const std::string& path) {
+    if (const auto at = message.find(path); at != std::string::npos) message.erase(at, path.size());
+    std::string reason;
+    for (const char c : message)
+        if (!std::isdigit(static_cast<unsigned char>(c))) reason += c;
+    return reason;
+}
 
 FuzzOutcome fuzz(const specdec::gguf::Writer::Encoded& original, int iterations, std::uint64_t seed,
                  const std::filesystem::path& path) {
@@ -176,6 +189,7 @@ FuzzOutcome fuzz(const specdec::gguf::Writer::Encoded& original, int iterations,
             ++outcome.opened;
         } catch (const specdec::Error& error) {
             ++outcome.rejected;
+            outcome.reasons.insert(reason_of(error.what(), path.string()));
             if (std::string(error.what()).find(path.string()) == std::string::npos) {
                 FAIL("iteration " << iteration << " (seed " << seed << "): message without the file name: "
                                   << error.what());
@@ -195,8 +209,10 @@ TEST_CASE("Thousands of random corruptions of a crafted GGUF either open or thro
     REQUIRE(specdec::test::open_error(dir.write("seed.gguf", original.bytes)).empty());
 
     const FuzzOutcome outcome = fuzz(original, 3000, 20260601, dir.file("fuzzed.gguf"));
-    INFO("opened " << outcome.opened << ", rejected " << outcome.rejected);
-    CHECK(outcome.opened + outcome.rejected == 3000);
+    INFO("opened " << outcome.opened << ", rejected " << outcome.rejected << " for " << outcome.reasons.size()
+                    << " distinct reasons");
+    // Many different checks reject the corruptions, not one catch-all.
+    CHECK(outcome.reasons.size() >= 100);
     // Both outcomes occur: the corruptions are neither all harmless nor all fatal.
     CHECK(outcome.rejected > 1000);
     CHECK(outcome.opened > 50);
@@ -215,5 +231,8 @@ TEST_CASE("Random corruptions of the stories260K GGUF either open or throw specd
 
     const specdec::test::TempDir dir;
     const FuzzOutcome outcome = fuzz(original, 200, 7, dir.file("fuzzed.gguf"));
-    CHECK(outcome.opened + outcome.rejected == 200);
+    INFO("opened " << outcome.opened << ", rejected " << outcome.rejected << " for " << outcome.reasons.size()
+                    << " distinct reasons");
+    CHECK(outcome.rejected > 100);
+    CHECK(outcome.reasons.size() >= 10);
 }

@@ -1,11 +1,13 @@
 #pragma once
 // Locates the real model files used by some tests: $SPECDEC_FIXTURES, else
 // ../shared/fixtures next to the source tree. Tests call fixture_path() and
-// skip with a message when it returns nothing.
+// skip (SPECDEC_SKIP) when it returns nothing.
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <string>
+
+#include "support/skip.hpp"
 
 namespace specdec::test {
 
@@ -26,11 +28,11 @@ inline std::optional<std::filesystem::path> fixture_path(const std::string& file
 
 }  // namespace specdec::test
 
-// Skips the current test case with a message when a fixture is absent.
-#define SPECDEC_REQUIRE_FIXTURE(var, name)                                                          \
-    const auto var##_optional = ::specdec::test::fixture_path(name);                               \
-    if (!var##_optional) {                                                                          \
-        WARN("skipped: fixture " name " not found (set SPECDEC_FIXTURES or provide ../shared/fixtures)"); \
-        return;                                                                                     \
-    }                                                                                               \
+// Skips the current test case (reported as skipped by CTest, see
+// support/skip.hpp) when a fixture is absent.
+#define SPECDEC_REQUIRE_FIXTURE(var, name)                                                             \
+    const auto var##_optional = ::specdec::test::fixture_path(name);                                  \
+    if (!var##_optional) {                                                                             \
+        SPECDEC_SKIP("fixture " name " not found (set SPECDEC_FIXTURES or provide ../shared/fixtures)"); \
+    }                                                                                                  \
     const std::filesystem::path var = *var##_optional
