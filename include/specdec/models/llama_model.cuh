@@ -246,13 +246,13 @@ private:
         }
         s.capacity = options.max_context == 0 ? c.context_length : std::min(options.max_context, c.context_length);
         s.kv_cache.resize(c.layer_count * 2 * s.capacity * c.kv_dim());
-        // Inverse frequencies exactly as the CPU model computes them (double pow, then float).
-        const std::size_t pairs = c.rotary_dim() / 2;
-        std::vector<float> inverse_frequencies(std::max<std::size_t>(pairs, 1), 0.0f);
-        for (std::size_t i = 0; i < pairs; ++i) {
-            inverse_frequencies[i] = static_cast<float>(std::pow(static_cast<double>(c.rope_freq_base),
-                                                                 -2.0 * static_cast<double>(i) / static_cast<double>(c.rotary_dim())));
+        if (c.rope_style != RopeStyle::adjacent_pairs) {
+            throw Error("specdec::cuda: RoPE on halves of the head (qwen2's layout) is not implemented on the GPU; "
+                        "expected adjacent-pair RoPE (the llama architecture) or the CPU model");
         }
+        // Inverse frequencies exactly as the CPU model computes them.
+        std::vector<float> inverse_frequencies = c.rope_inverse_frequencies();
+        if (inverse_frequencies.empty()) inverse_frequencies.push_back(0.0f);
         s.inverse_frequencies = detail::upload_floats(inverse_frequencies, s.stream.get());
         s.position_scale = 1.0f / c.rope_linear_scale;
         s.host_past.resize(1);

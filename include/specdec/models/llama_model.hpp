@@ -45,13 +45,7 @@ public:
         if (!pool_) pool_ = std::make_shared<cpu::ThreadPool>(options.threads);
         const std::size_t capacity = options.max_context == 0 ? c.context_length : std::min(options.max_context, c.context_length);
         cache_ = KvCache(c.layer_count, capacity, c.kv_heads(), c.head_dim());
-        // Inverse frequencies of the rotary pairs: base^(-2i / rope_dim).
-        const std::size_t pairs = c.rotary_dim() / 2;
-        inverse_frequencies_.resize(pairs);
-        for (std::size_t i = 0; i < pairs; ++i) {
-            inverse_frequencies_[i] = static_cast<float>(
-                std::pow(static_cast<double>(c.rope_freq_base), -2.0 * static_cast<double>(i) / static_cast<double>(c.rotary_dim())));
-        }
+        inverse_frequencies_ = c.rope_inverse_frequencies();
         if (name_.empty()) {
             name_ = "llama-" + std::to_string(c.layer_count) + "x" + std::to_string(c.embedding_dim);
         }
@@ -115,6 +109,7 @@ public:
                 {&w.value, v_.data(), kv_dim, false},
             };
             cpu::matmul(*pool_, qkv, normed_.data(), dim, n);
+            add_qkv_biases(w, n);
             apply_rope(n);
             store_keys_values(layer, past, n);
             attention(layer, past, n);
@@ -167,16 +162,31 @@ private:
         }
     }
 
+    // Attention biases (qwen2); absent in Llama models.
+    void add_qkv_biases(const LlamaLayerWeights& w, std::size_t n) {
+        const LlamaConfig& c = weights_.config;
+        const auto add = [n](float* rows, std::size_t width, const std::vector<float>& bias) {
+            if (bias.empty()) return;
+            for (std::size_t i = 0; i < n; ++i) {
+                for (std::size_t j = 0; j < width; ++j) rows[i * width + j] += bias[j];
+            }
+        };
+        add(q_.data(), c.embedding_dim, w.query_bias);
+        add(k_.data(), c.kv_dim(), w.key_bias);
+        add(v_.data(), c.kv_dim(), w.value_bias);
+    }
+
     void apply_rope(std::size_t n) {
         const LlamaConfig& c = weights_.config;
         const std::size_t hd = c.head_dim(), pairs = inverse_frequencies_.size();
+        const auto rotate = c.rope_style == RopeStyle::halves ? &cpu::rope_rotate_halves : &cpu::rope_rotate;
         for (std::size_t i = 0; i < n; ++i) {
             const float* cosines = &rope_cos_[i * pairs];
             const float* sines = &rope_sin_[i * pairs];
             float* q = &q_[i * c.embedding_dim];
-            for (std::size_t h = 0; h < c.head_count; ++h) cpu::rope_rotate(q + h * hd, cosines, sines, pairs);
+            for (std::size_t h = 0; h < c.head_count; ++h) rotate(q + h * hd, cosines, sines, pairs);
             float* k = &k_[i * c.kv_dim()];
-            for (std::size_t h = 0; h < c.kv_heads(); ++h) cpu::rope_rotate(k + h * hd, cosines, sines, pairs);
+            for (std::size_t h = 0; h < c.kv_heads(); ++h) rotate(k + h * hd, cosines, sines, pairs);
         }
     }
 

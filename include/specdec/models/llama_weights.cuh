@@ -141,6 +141,12 @@ inline void generate_matrix_rows(std::byte* device, std::size_t first_row, std::
 
 // Uploads host weights (validated first), converting every matrix to `precision`.
 inline DeviceLlamaWeights upload_weights(const LlamaWeights& host, Precision precision, cudaStream_t stream) {
+    for (const LlamaLayerWeights& layer : host.layers) {
+        if (!layer.query_bias.empty() || !layer.key_bias.empty() || !layer.value_bias.empty()) {
+            throw Error("specdec::cuda: attention biases (qwen2) are not implemented on the GPU; expected a model without "
+                        "attn_q/attn_k/attn_v biases, or the CPU model");
+        }
+    }
     host.validate();
     const LlamaConfig& c = host.config;
     const std::size_t dim = c.embedding_dim, kv = c.kv_dim(), ffn = c.feed_forward_dim;

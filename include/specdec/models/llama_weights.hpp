@@ -17,6 +17,10 @@ struct LlamaLayerWeights {
     WeightMatrix query;                  // [embedding_dim rows x embedding_dim]
     WeightMatrix key;                    // [kv_dim x embedding_dim]
     WeightMatrix value;                  // [kv_dim x embedding_dim]
+    // Attention biases (qwen2); empty when the model has none.
+    std::vector<float> query_bias;       // [embedding_dim]
+    std::vector<float> key_bias;         // [kv_dim]
+    std::vector<float> value_bias;       // [kv_dim]
     WeightMatrix attention_output;       // [embedding_dim x embedding_dim]
     std::vector<float> ffn_norm;         // [embedding_dim]
     WeightMatrix ffn_gate;               // [feed_forward_dim x embedding_dim]
@@ -54,6 +58,12 @@ struct LlamaWeights {
                             " values, expected embedding_dim " + std::to_string(dim));
             }
         };
+        auto check_bias = [](const std::vector<float>& v, std::size_t size, const std::string& name) {
+            if (!v.empty() && v.size() != size) {
+                throw Error("Llama weights: bias " + name + " has " + std::to_string(v.size()) + " values; expected " +
+                            std::to_string(size));
+            }
+        };
         check_matrix(token_embedding, config.vocab_size, dim, "token_embd");
         check_matrix(output, config.vocab_size, dim, "output");
         check_norm(output_norm, "output_norm");
@@ -68,6 +78,9 @@ struct LlamaWeights {
             check_matrix(l.query, dim, dim, p + "attn_q");
             check_matrix(l.key, kv, dim, p + "attn_k");
             check_matrix(l.value, kv, dim, p + "attn_v");
+            check_bias(l.query_bias, dim, p + "attn_q.bias");
+            check_bias(l.key_bias, kv, p + "attn_k.bias");
+            check_bias(l.value_bias, kv, p + "attn_v.bias");
             check_matrix(l.attention_output, dim, dim, p + "attn_output");
             check_norm(l.ffn_norm, p + "ffn_norm");
             check_matrix(l.ffn_gate, ffn, dim, p + "ffn_gate");
@@ -88,7 +101,9 @@ struct LlamaWeights {
     [[nodiscard]] std::size_t parameter_count() const {
         std::size_t count = output_norm.size();
         for_each_matrix([&](const WeightMatrix& w) { count += w.rows * w.cols; });
-        for (const auto& l : layers) count += l.attention_norm.size() + l.ffn_norm.size();
+        for (const auto& l : layers) {
+            count += l.attention_norm.size() + l.ffn_norm.size() + l.query_bias.size() + l.key_bias.size() + l.value_bias.size();
+        }
         return count;
     }
 
@@ -96,7 +111,10 @@ struct LlamaWeights {
     [[nodiscard]] std::size_t weight_bytes() const {
         std::size_t bytes = output_norm.size() * sizeof(float);
         for_each_matrix([&](const WeightMatrix& w) { bytes += w.byte_size(); });
-        for (const auto& l : layers) bytes += (l.attention_norm.size() + l.ffn_norm.size()) * sizeof(float);
+        for (const auto& l : layers) {
+            bytes += (l.attention_norm.size() + l.ffn_norm.size() + l.query_bias.size() + l.key_bias.size() + l.value_bias.size()) *
+                     sizeof(float);
+        }
         return bytes;
     }
 

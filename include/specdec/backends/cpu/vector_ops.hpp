@@ -77,6 +77,15 @@ inline void rope_rotate(float* head, const float* cosines, const float* sines, s
     }
 }
 
+// The same rotation on the pairs (head[i], head[i + pairs]) (llama.cpp's "neox" RoPE).
+inline void rope_rotate_halves(float* head, const float* cosines, const float* sines, std::size_t pairs) {
+    for (std::size_t i = 0; i < pairs; ++i) {
+        const float a = head[i], b = head[i + pairs];
+        head[i] = a * cosines[i] - b * sines[i];
+        head[i + pairs] = a * sines[i] + b * cosines[i];
+    }
+}
+
 namespace detail {
 
 inline void attend_scalar(const float* q, const float* keys, const float* values, std::size_t stride, std::size_t positions,
