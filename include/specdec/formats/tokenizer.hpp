@@ -13,9 +13,10 @@
 // matched literally in the text before the model runs, as llama.cpp does;
 // control tokens typed in the text stay text.
 //
-// Limits: "gpt2" always uses GPT-2's own pre-tokenizer rule; newer BPE models
-// that name another one in tokenizer.ggml.pre (Llama 3, Qwen, ...) split a few
-// cases differently from llama.cpp (e.g. digit groups).
+// A "gpt2" model splits text into words with the pre-tokenizer named by
+// tokenizer.ggml.pre: "gpt2", "default" or none (GPT-2's rule), "llama-bpe"
+// (Llama 3), "qwen2" (Qwen2 / Qwen2.5); any other name is an error, since a
+// different split gives different tokens.
 //
 // Decoding is byte-exact: decode(encode(text)) == text for any text the
 // vocabulary covers (with byte tokens: any text), given add_bos = true for a
@@ -55,9 +56,23 @@ public:
         return tokenizer;
     }
 
-    // Tokens of `text`, preceded by BOS when add_bos (an Error if the vocabulary
-    // has none). add_bos_by_default() says what the model file asks for.
-    [[nodiscard]] std::vector<Token> encode(std::string_view text, bool add_bos = true) const {
+    // Tokens of `text` with BOS and EOS as the model file asks
+    // (tokenizer.ggml.add_bos_token, tokenizer.ggml.add_eos_token).
+    [[nodiscard]] std::vector<Token> encode(std::string_view text) const { return encode(text, add_bos_, add_eos_); }
+
+    // Tokens of `text`, preceded by BOS when add_bos and followed by EOS when
+    // add_eos (an Error if the vocabulary has no such token).
+    [[nodiscard]] std::vector<Token> encode(std::string_view text, bool add_bos, bool add_eos = false) const {
+        std::vector<Token> tokens = encode_text(text, add_bos);
+        if (add_eos) {
+            if (eos_ < 0) throw Error("tokenizer: EOS requested but the vocabulary has no EOS token");
+            tokens.push_back(eos_);
+        }
+        return tokens;
+    }
+
+private:
+    [[nodiscard]] std::vector<Token> encode_text(std::string_view text, bool add_bos) const {
         std::vector<Token> tokens;
         if (add_bos) {
             if (bos_ < 0) throw Error("tokenizer: BOS requested but the vocabulary has no BOS token");
@@ -74,8 +89,8 @@ public:
                 const std::string escaped = detail::spm_escape_spaces(fragment.text, add_space_prefix_ && first_fragment);
                 detail::spm_encode(vocab_, escaped, unknown_, tokens);
             } else {
-                for (const std::string_view word : detail::gpt2_pretokenize(fragment.text)) {
-                    detail::bpe_encode_word(vocab_, merge_ranks_, word, unknown_, tokens);
+                for (const std::string_view word : detail::bpe_pretokenize(fragment.text, pre_tokenizer_)) {
+                    detail::bpe_encode_word(vocab_, merge_ranks_, word, unknown_, tokens, ignore_merges_);
                 }
             }
             first_fragment = false;
@@ -83,6 +98,7 @@ public:
         return tokens;
     }
 
+public:
     [[nodiscard]] std::string decode(std::span<const Token> tokens) const {
         std::string text;
         bool after_bos = false;
@@ -109,6 +125,8 @@ public:
     [[nodiscard]] bool add_eos_by_default() const { return add_eos_; }
     [[nodiscard]] bool add_space_prefix() const { return add_space_prefix_; }
     [[nodiscard]] TokenizerModel model() const { return model_; }
+    // The word-splitting rule of a byte-level BPE model.
+    [[nodiscard]] detail::BpePreTokenizer pre_tokenizer() const { return pre_tokenizer_; }
     [[nodiscard]] std::size_t vocab_size() const { return vocab_.size(); }
 
     // Incremental decoding for streaming output: push() returns the text that
@@ -224,7 +242,10 @@ private:
             fail(file, "unsupported tokenizer model '" + *model + "' (supported: llama, gpt2)");
         }
         load_vocabulary(file);
-        if (model_ == TokenizerModel::byte_level_bpe) load_merges(file);
+        if (model_ == TokenizerModel::byte_level_bpe) {
+            load_merges(file);
+            load_pre_tokenizer(file);
+        }
 
         const bool spm = model_ == TokenizerModel::sentencepiece;
         // llama.cpp's defaults for SentencePiece vocabularies: <unk> 0, <s> 1, </s> 2.
@@ -332,6 +353,21 @@ private:
         return text;
     }
 
+    void load_pre_tokenizer(const gguf::File& file) {
+        const std::string pre = file.find_string("tokenizer.ggml.pre").value_or("default");
+        if (pre == "default" || pre == "gpt2") {
+            pre_tokenizer_ = detail::BpePreTokenizer::gpt2;
+        } else if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") {
+            pre_tokenizer_ = detail::BpePreTokenizer::llama3;
+            ignore_merges_ = true;  // as Llama 3's tokenizer.json says
+        } else if (pre == "qwen2" || pre == "deepseek-r1-qwen") {
+            pre_tokenizer_ = detail::BpePreTokenizer::qwen2;
+        } else {
+            fail(file, "tokenizer.ggml.pre '" + pre +
+                           "' is not supported; expected one of: gpt2, default, llama-bpe (Llama 3), qwen2 (Qwen2, Qwen2.5)");
+        }
+    }
+
     void load_merges(const gguf::File& file) {
         const std::vector<std::string> merges = file.get_string_array("tokenizer.ggml.merges");
         merge_ranks_.reserve(merges.size());
@@ -358,6 +394,8 @@ private:
     bool add_bos_ = false;
     bool add_eos_ = false;
     bool add_space_prefix_ = false;
+    detail::BpePreTokenizer pre_tokenizer_ = detail::BpePreTokenizer::gpt2;
+    bool ignore_merges_ = false;
 };
 
 }  // namespace specdec

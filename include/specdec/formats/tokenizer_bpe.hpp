@@ -1,16 +1,19 @@
 #pragma once
-// GPT-2 byte-level BPE (tokenizer.ggml.model = "gpt2"):
-//  1. split the text into words with the GPT-2 pre-tokenizer,
+// Byte-level BPE (tokenizer.ggml.model = "gpt2"):
+//  1. split the text into words with the pre-tokenizer the file names in
+//     tokenizer.ggml.pre (its regular expression written out by hand, below),
 //  2. map each byte of a word to a printable character (bytes_to_unicode),
-//  3. merge adjacent symbols by merge-rule rank, lowest rank first,
+//  3. merge adjacent symbols by merge-rule rank, lowest rank first (Llama 3
+//     first looks the whole word up: "ignore_merges" in its tokenizer.json),
 //  4. look the final symbols up in the vocabulary.
 //
-// The pre-tokenizer is GPT-2's regular expression written out by hand:
-//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// Letters, numbers and whitespace are classified exactly for ASCII and by
-// ranges for the rest of Unicode (an approximation: no full Unicode tables;
-// code points not in a listed punctuation, symbol, number or space range count
-// as letters, which is right for the scripts of real text).
+// The pre-tokenizers, as the Hugging Face tokenizer.json files define them:
+//   GPT-2:   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+//   Llama 3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+//            \s*[\r\n]+|\s+(?!\S)|\s+
+//   Qwen2:   the same with \p{N} alone instead of \p{N}{1,3}
+// \p{L}, \p{N} are the Unicode general categories (unicode_categories.hpp) and
+// \s the White_Space property.
 #include <array>
 #include <optional>
 #include <string>
@@ -21,6 +24,7 @@
 #include "specdec/formats/tokenizer_merge.hpp"
 #include "specdec/formats/tokenizer_utf8.hpp"
 #include "specdec/formats/tokenizer_vocab.hpp"
+#include "specdec/formats/unicode_categories.hpp"
 
 namespace specdec::detail {
 
@@ -53,59 +57,11 @@ inline std::optional<unsigned char> unicode_to_byte(char32_t code_point) {
 
 enum class Gpt2CharClass { letter, number, space, other };
 
-inline bool in_code_point_ranges(char32_t c, std::initializer_list<std::pair<char32_t, char32_t>> ranges) {
-    for (const auto& [first, last] : ranges) {
-        if (c >= first && c <= last) return true;
-    }
-    return false;
-}
-
 inline Gpt2CharClass gpt2_char_class(char32_t c) {
-    if (c < 0x80) {
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return Gpt2CharClass::letter;
-        if (c >= '0' && c <= '9') return Gpt2CharClass::number;
-        if (c == ' ' || (c >= '\t' && c <= '\r')) return Gpt2CharClass::space;
-        return Gpt2CharClass::other;
-    }
-    if (in_code_point_ranges(c, {{0x85, 0x85}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A}, {0x2028, 0x2029},
-                      {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}})) {
-        return Gpt2CharClass::space;
-    }
-    if (in_code_point_ranges(c, {{0xB2, 0xB3}, {0xB9, 0xB9}, {0xBC, 0xBE}, {0x0660, 0x0669}, {0x06F0, 0x06F9},
-                      {0x07C0, 0x07C9}, {0x0966, 0x096F}, {0x09E6, 0x09EF}, {0x0E50, 0x0E59}, {0x2070, 0x2070},
-                      {0x2074, 0x2079}, {0x2080, 0x2089}, {0x2150, 0x2189}, {0x2460, 0x249B}, {0x24EA, 0x24FF},
-                      {0x2776, 0x2793}, {0x3007, 0x3007}, {0x3021, 0x3029}, {0xFF10, 0xFF19}})) {
-        return Gpt2CharClass::number;
-    }
-    if (c == 0xAA || c == 0xB5 || c == 0xBA) return Gpt2CharClass::letter;
-    if (in_code_point_ranges(c, {{0x80, 0xBF},       // Latin-1 controls, punctuation and symbols
-                      {0xD7, 0xD7},       // ×
-                      {0xF7, 0xF7},       // ÷
-                      {0x02C2, 0x02C5}, {0x02D2, 0x02DF}, {0x02E5, 0x02EB}, {0x02ED, 0x02ED}, {0x02EF, 0x02FF},
-                      {0x0300, 0x036F},   // combining marks are \p{M}, not \p{L}
-                      {0x0483, 0x0489}, {0x0591, 0x05C7}, {0x05F3, 0x05F4}, {0x0600, 0x061F}, {0x064B, 0x065F},
-                      {0x066A, 0x066D}, {0x0964, 0x0965}, {0x0E3F, 0x0E3F},
-                      {0x2010, 0x2027}, {0x2030, 0x205E}, {0x2060, 0x206F},  // general punctuation
-                      {0x20A0, 0x20CF},   // currency
-                      {0x20D0, 0x20FF},   // combining marks for symbols
-                      {0x2100, 0x2101}, {0x2103, 0x2106}, {0x2108, 0x2109}, {0x2114, 0x2114}, {0x2116, 0x2118},
-                      {0x211E, 0x2123}, {0x2125, 0x2125}, {0x2127, 0x2127}, {0x2129, 0x2129}, {0x212E, 0x212E},
-                      {0x2190, 0x245F},   // arrows, mathematical operators, technical, control pictures
-                      {0x249C, 0x24E9}, {0x2500, 0x2775}, {0x2794, 0x2BFF},  // boxes, shapes, dingbats, symbols
-                      {0x2E00, 0x2E7F},   // supplemental punctuation
-                      {0x3001, 0x3004}, {0x3008, 0x3020}, {0x3030, 0x3030}, {0x303D, 0x303F},  // CJK punctuation
-                      {0x3099, 0x309C}, {0x30A0, 0x30A0}, {0x30FB, 0x30FB},
-                      {0xFE00, 0xFE0F},   // variation selectors
-                      {0xFE10, 0xFE6F},   // vertical forms, small forms
-                      {0xFEFF, 0xFEFF},
-                      {0xFF01, 0xFF0F}, {0xFF1A, 0xFF20}, {0xFF3B, 0xFF40}, {0xFF5B, 0xFF65},
-                      {0xFFE0, 0xFFFF},
-                      {0x1D100, 0x1D24F},  // musical symbols
-                      {0x1F000, 0x1FAFF},  // emoji and pictographs
-                      {0xE0000, 0x10FFFF}})) {  // tags, private use
-        return Gpt2CharClass::other;
-    }
-    return Gpt2CharClass::letter;
+    if (is_unicode_letter(c)) return Gpt2CharClass::letter;
+    if (is_unicode_number(c)) return Gpt2CharClass::number;
+    if (is_unicode_space(c)) return Gpt2CharClass::space;
+    return Gpt2CharClass::other;
 }
 
 // Splits `text` the way GPT-2's pre-tokenizer regex does. Invalid UTF-8 bytes
@@ -173,18 +129,132 @@ inline std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
     return words;
 }
 
+// The pre-tokenizers tokenizer.ggml.pre can name.
+enum class BpePreTokenizer {
+    gpt2,    // "gpt2", "default" or no key: GPT-2's rule
+    llama3,  // "llama-bpe" (Llama 3, 3.1, 3.2): digits in groups of up to three
+    qwen2,   // "qwen2" (Qwen2, Qwen2.5): single digits
+};
+
+// Splits `text` with Llama 3's rule (max_digits = 3) or Qwen2's (max_digits = 1).
+inline std::vector<std::string_view> llama3_pretokenize(std::string_view text, std::size_t max_digits) {
+    struct Char {
+        std::size_t begin;
+        char32_t code_point;
+        Gpt2CharClass kind;
+    };
+    std::vector<Char> chars;
+    chars.reserve(text.size());
+    for (std::size_t position = 0; position < text.size();) {
+        const Utf8Char c = next_utf8_char(text, position);
+        chars.push_back({position, c.code_point, c.valid ? gpt2_char_class(c.code_point) : Gpt2CharClass::other});
+        position += c.length;
+    }
+    const std::size_t n = chars.size();
+    const auto kind = [&](std::size_t i) { return i < n ? chars[i].kind : Gpt2CharClass::space; };
+    const auto newline = [&](std::size_t i) { return i < n && (chars[i].code_point == '\r' || chars[i].code_point == '\n'); };
+    const auto lower_ascii = [&](std::size_t i) -> char32_t {
+        if (i >= n) return 0;
+        const char32_t c = chars[i].code_point;
+        return c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c;
+    };
+    std::vector<std::string_view> words;
+    std::size_t i = 0;
+    const auto emit = [&](std::size_t end) {
+        const std::size_t stop = end < n ? chars[end].begin : text.size();
+        words.push_back(text.substr(chars[i].begin, stop - chars[i].begin));
+        i = end;
+    };
+    const auto letters_from = [&](std::size_t j) {
+        while (j < n && chars[j].kind == Gpt2CharClass::letter) ++j;
+        return j;
+    };
+    while (i < n) {
+        const Gpt2CharClass k = chars[i].kind;
+        // (?i:'s|'t|'re|'ve|'m|'ll|'d)
+        if (chars[i].code_point == '\'') {
+            const char32_t a = lower_ascii(i + 1), b = lower_ascii(i + 2);
+            if (a == 's' || a == 't' || a == 'm' || a == 'd') {
+                emit(i + 2);
+                continue;
+            }
+            if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) {
+                emit(i + 3);
+                continue;
+            }
+        }
+        // [^\r\n\p{L}\p{N}]?\p{L}+
+        if (k == Gpt2CharClass::letter) {
+            emit(letters_from(i));
+            continue;
+        }
+        if (k != Gpt2CharClass::number && !newline(i) && kind(i + 1) == Gpt2CharClass::letter) {
+            emit(letters_from(i + 1));
+            continue;
+        }
+        // \p{N}{1,max_digits}
+        if (k == Gpt2CharClass::number) {
+            std::size_t end = i;
+            while (end < n && end - i < max_digits && chars[end].kind == Gpt2CharClass::number) ++end;
+            emit(end);
+            continue;
+        }
+        //  ?[^\s\p{L}\p{N}]+[\r\n]*
+        const bool space_then_other = chars[i].code_point == ' ' && kind(i + 1) == Gpt2CharClass::other;
+        if (k == Gpt2CharClass::other || space_then_other) {
+            std::size_t end = space_then_other ? i + 1 : i;
+            while (end < n && chars[end].kind == Gpt2CharClass::other) ++end;
+            while (newline(end)) ++end;
+            emit(end);
+            continue;
+        }
+        // Whitespace: \s*[\r\n]+ up to the run's last line break, else
+        // \s+(?!\S) (the run less its last character when a non-space follows), else \s+.
+        std::size_t end = i;
+        std::size_t after_last_newline = 0;
+        while (end < n && chars[end].kind == Gpt2CharClass::space) {
+            if (newline(end)) after_last_newline = end + 1;
+            ++end;
+        }
+        if (after_last_newline > 0) {
+            emit(after_last_newline);
+        } else if (end < n && end - i > 1) {
+            emit(end - 1);
+        } else {
+            emit(end);
+        }
+    }
+    return words;
+}
+
+inline std::vector<std::string_view> bpe_pretokenize(std::string_view text, BpePreTokenizer rule) {
+    switch (rule) {
+        case BpePreTokenizer::llama3: return llama3_pretokenize(text, 3);
+        case BpePreTokenizer::qwen2: return llama3_pretokenize(text, 1);
+        case BpePreTokenizer::gpt2: break;
+    }
+    return gpt2_pretokenize(text);
+}
+
 // Merge rules, "left right" -> rank (its line number in tokenizer.ggml.merges).
 using MergeRanks = StringMap<std::size_t>;
 
 // Appends the tokens of one pre-tokenized word to `out`.
+// With ignore_merges, a word that is a vocabulary entry as a whole is that token.
 inline void bpe_encode_word(const Vocabulary& vocab, const MergeRanks& ranks, std::string_view word, Token unknown,
-                            std::vector<Token>& out) {
+                            std::vector<Token>& out, bool ignore_merges = false) {
     std::string mapped;  // the word in byte-level characters
     std::vector<SymbolSpan> characters;
     for (const char c : word) {
         const std::size_t begin = mapped.size();
         append_utf8(mapped, byte_to_unicode()[static_cast<unsigned char>(c)]);
         characters.push_back({begin, mapped.size() - begin});
+    }
+    if (ignore_merges) {
+        if (const auto token = vocab.find(mapped)) {
+            out.push_back(*token);
+            return;
+        }
     }
     std::string key;
     const auto rank_priority = [&](std::string_view left, std::string_view right) -> std::optional<double> {
