@@ -183,8 +183,15 @@ TEST_CASE("a GGUF file with a feature the model does not implement is refused wi
         CHECK(message.rfind(file.path.string(), 0) == 0);  // starts with the path
     };
 
-    SECTION("the plain file loads") {
+    SECTION("the plain file loads, also with the keys that do not change the computation") {
         CHECK(refusal(specdec::test::llama_gguf_writer(weights)) == "(loaded without an error)");
+        const auto head_dim = static_cast<std::uint32_t>(weights.config.head_dim());
+        auto writer = specdec::test::llama_gguf_writer(weights);
+        writer.add_uint32("llama.attention.key_length", head_dim).add_uint32("llama.attention.value_length", head_dim);
+        writer.add_uint32("llama.expert_count", 0).add_uint32("llama.vocab_size", static_cast<std::uint32_t>(weights.config.vocab_size));
+        writer.add_string("llama.rope.scaling.type", "none").add_bool("llama.rope.scaling.finetuned", false);
+        writer.add_string("llama.tensor_data_layout", "Meta AI original pth").add_uint16("split.count", 1);
+        CHECK(refusal(std::move(writer)) == "(loaded without an error)");
     }
     SECTION("another architecture, naming it and listing the supported ones") {
         specdec::gguf::Writer writer;

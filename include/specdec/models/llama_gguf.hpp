@@ -122,7 +122,9 @@ inline void check_architecture_keys(const gguf::File& file, const std::string& a
         if (key.rfind(prefix, 0) != 0) continue;
         const std::string_view name = std::string_view(key).substr(prefix.size());
         if (std::find(read_keys.begin(), read_keys.end(), name) != read_keys.end()) continue;
-        if (name == "rope.scaling.finetuned") continue;
+        // Informational: whether long-context fine-tuning followed the scaling, and
+        // the original checkpoint's layout noted by llama.cpp's older converter.
+        if (name == "rope.scaling.finetuned" || name == "tensor_data_layout") continue;
         if (name == "attention.key_length" || name == "attention.value_length") {
             const std::uint64_t length = file.get_uint(key);
             if (length != head_dim) {
