@@ -15,7 +15,7 @@ set(args -DSPECDEC_CONSUME=${MODE} -DSPECDEC_EXPECT_CPU=${EXPECT_CPU} -DCMAKE_BU
 if(MODE STREQUAL "find_package")
   # Install the package from a fresh configure of the source tree, as a user would.
   run(${CMAKE_COMMAND} -S ${SOURCE} -B ${work}/specdec-build -DSPECDEC_BUILD_TESTS=OFF
-      -DSPECDEC_BUILD_BENCHMARKS=OFF -DSPECDEC_BUILD_EXAMPLES=OFF -DSPECDEC_INSTALL=ON -DSPECDEC_CUDA=OFF)
+      -DSPECDEC_BUILD_BENCHMARKS=OFF -DSPECDEC_BUILD_EXAMPLES=OFF -DSPECDEC_BUILD_TOOLS=OFF -DSPECDEC_INSTALL=ON -DSPECDEC_CUDA=OFF)
   run(${CMAKE_COMMAND} --install ${work}/specdec-build --prefix ${work}/prefix)
   list(APPEND args -DCMAKE_PREFIX_PATH=${work}/prefix)
 elseif(MODE STREQUAL "add_subdirectory")
