@@ -120,6 +120,79 @@ TEST_CASE("Q8_0 copies of the architecture fixtures stay close to the F32 logits
     CHECK(difference > 0.0);  // the copy is really quantised
 }
 
+// Every matrix of a fixture re-encoded in `type` (the embedding and output head too).
+specdec::LlamaWeights requantised(specdec::LlamaWeights w, specdec::WeightType type) {
+    std::vector<float> row;
+    const auto convert = [&](specdec::WeightMatrix& m) {
+        auto bytes = std::make_shared<std::vector<std::byte>>(m.rows * specdec::weight_row_bytes(type, m.cols));
+        row.resize(m.cols);
+        const std::size_t row_bytes = specdec::weight_row_bytes(type, m.cols);
+        for (std::size_t r = 0; r < m.rows; ++r) {
+            specdec::cpu::dequantize_row(m, r, row.data());
+            specdec::cpu::quantize_row(type, row.data(), m.cols, bytes->data() + r * row_bytes);
+        }
+        m = specdec::WeightMatrix{type, m.rows, m.cols, bytes->data()};
+        w.storage.push_back(bytes);
+    };
+    const bool tied = w.tied_output();
+    convert(w.token_embedding);
+    for (auto& l : w.layers) {
+        for (specdec::WeightMatrix* m : {&l.query, &l.key, &l.value, &l.attention_output, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) convert(*m);
+    }
+    if (tied) {
+        w.output = w.token_embedding;
+    } else {
+        convert(w.output);
+    }
+    return w;
+}
+
+TEST_CASE("every quantised type the rows allow stays within its stated tolerance of the F32 logits", "[model][fixture]") {
+    // Tolerance per type as a fraction of the largest row range of the logits
+    // (about 13 here); these random networks amplify rounding more than trained
+    // ones, so the bounds grow with the type's step rather than being small.
+    struct Case {
+        specdec::WeightType type;
+        double fraction;
+    };
+    const Case c = GENERATE(Case{specdec::WeightType::f16, 0.002}, Case{specdec::WeightType::bf16, 0.03},
+                            Case{specdec::WeightType::q8_0, 0.1}, Case{specdec::WeightType::q6_k, 0.1},
+                            Case{specdec::WeightType::q5_0, 0.25}, Case{specdec::WeightType::q5_1, 0.25},
+                            Case{specdec::WeightType::q5_k, 0.25}, Case{specdec::WeightType::q4_0, 0.5},
+                            Case{specdec::WeightType::q4_1, 0.5}, Case{specdec::WeightType::q4_k, 0.5});
+    const std::string name = GENERATE(as<std::string>{}, "llama-gqa", "llama3", "qwen2", "mistral");
+    const auto f32 = repo_fixture(name + "-f32.gguf");
+    const auto json = repo_fixture(name + ".reference.json");
+    if (!f32 || !json) {
+        WARN("skipped: fixture " << name << " not found under " << SPECDEC_REPO_FIXTURES);
+        return;
+    }
+    const ArchReference ref = load_reference(*json);
+    auto file = std::make_shared<const specdec::gguf::File>(specdec::gguf::File::open(*f32));
+    specdec::LlamaWeights weights = specdec::llama_weights_from_gguf(file);
+    const bool rows_fit = [&] {
+        try {
+            (void)specdec::weight_row_bytes(c.type, weights.config.embedding_dim);
+            (void)specdec::weight_row_bytes(c.type, weights.config.feed_forward_dim);
+            return true;
+        } catch (const specdec::Error&) {
+            return false;
+        }
+    }();
+    if (!rows_fit) return;  // e.g. K-quants need rows of whole 256-value super-blocks
+    INFO(name << " in " << specdec::weight_type_name(c.type));
+    LlamaModel full(weights, {.threads = 1});
+    LlamaModel quantised(requantised(weights, c.type), {.threads = 1});
+    const auto a = specdec::test::copy_rows(full.forward(ref.tokens));
+    const auto b = specdec::test::copy_rows(quantised.forward(ref.tokens));
+    double row_range = 0.0;
+    for (const auto& row : a) row_range = std::max(row_range, double(*std::max_element(row.begin(), row.end()) - *std::min_element(row.begin(), row.end())));
+    const double difference = max_abs_difference(a, b);
+    INFO("max |logit - logit(F32)| = " << difference << " (" << difference / row_range << " of the row range " << row_range << ")");
+    CHECK(difference < c.fraction * row_range);
+    CHECK(difference > 0.0);
+}
+
 TEST_CASE("the fixtures exercise what they claim: biases, RoPE layout and frequency factors change the logits",
           "[model][fixture]") {
     const auto llama3 = repo_fixture("llama3-f32.gguf");
