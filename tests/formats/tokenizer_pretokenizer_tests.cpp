@@ -15,6 +15,7 @@
 #include "specdec/formats/tokenizer.hpp"
 #include "specdec/formats/unicode_categories.hpp"
 #include "support/catch.hpp"
+#include "support/skip.hpp"
 
 namespace {
 
@@ -34,17 +35,13 @@ std::vector<std::string> words(std::string_view text, specdec::detail::BpePreTok
 TEST_CASE("token ids equal Hugging Face tokenizers' for every pre-tokenizer on the whole string set", "[tokenizer][fixture]") {
     const std::filesystem::path cases_path = repo_fixtures() / "tokenizer_cases.json";
     if (!std::filesystem::exists(cases_path)) {
-        WARN("skipped: fixture " << cases_path.string() << " not found");
-        return;
+        SPECDEC_SKIP("fixture " << cases_path.string() << " not found");
     }
     const auto cases = nlohmann::json::parse(std::ifstream(cases_path));
     std::size_t compared = 0;
     for (const auto& [name, entry] : cases.items()) {
         const std::filesystem::path gguf_path = repo_fixtures() / (name + "-f32.gguf");
-        if (!std::filesystem::exists(gguf_path)) {
-            WARN("skipped: fixture " << gguf_path.string() << " not found");
-            continue;
-        }
+        if (!std::filesystem::exists(gguf_path)) SPECDEC_SKIP("fixture " << gguf_path.string() << " not found");
         const auto file = specdec::gguf::File::open(gguf_path);
         const Tokenizer tokenizer = Tokenizer::from_gguf(file);
         std::size_t agree = 0;
@@ -68,8 +65,7 @@ TEST_CASE("BOS and EOS follow the file's add_bos_token and add_eos_token unless 
     const auto llama3 = repo_fixtures() / "llama3-f32.gguf";
     const auto qwen2 = repo_fixtures() / "qwen2-f32.gguf";
     if (!std::filesystem::exists(llama3) || !std::filesystem::exists(qwen2)) {
-        WARN("skipped: fixtures not found under " << repo_fixtures().string());
-        return;
+        SPECDEC_SKIP("fixtures not found under " << repo_fixtures().string());
     }
     const auto l3_file = specdec::gguf::File::open(llama3);
     const Tokenizer l3 = Tokenizer::from_gguf(l3_file);

@@ -17,6 +17,7 @@
 #include "specdec/models/llama_model.hpp"
 #include "specdec/models/synthetic.hpp"
 #include "support/catch.hpp"
+#include "support/skip.hpp"
 #include "support/fixtures.hpp"
 
 namespace {
@@ -82,8 +83,7 @@ TEST_CASE("architecture fixtures reproduce transformers' logits at every positio
     const auto gguf = repo_fixture(name + "-f32.gguf");
     const auto json = repo_fixture(name + ".reference.json");
     if (!gguf || !json) {
-        WARN("skipped: fixture " << name << " not found under " << SPECDEC_REPO_FIXTURES);
-        return;
+        SPECDEC_SKIP("fixture " << name << " not found under " << SPECDEC_REPO_FIXTURES);
     }
     INFO(name);
     const ArchReference ref = load_reference(*json);
@@ -102,8 +102,7 @@ TEST_CASE("Q8_0 copies of the architecture fixtures stay close to the F32 logits
     const auto q8 = repo_fixture(name + "-q8_0.gguf");
     const auto json = repo_fixture(name + ".reference.json");
     if (!f32 || !q8 || !json) {
-        WARN("skipped: fixture " << name << " not found under " << SPECDEC_REPO_FIXTURES);
-        return;
+        SPECDEC_SKIP("fixture " << name << " not found under " << SPECDEC_REPO_FIXTURES);
     }
     INFO(name);
     const ArchReference ref = load_reference(*json);
@@ -164,8 +163,7 @@ TEST_CASE("every quantised type the rows allow stays within its stated tolerance
     const auto f32 = repo_fixture(name + "-f32.gguf");
     const auto json = repo_fixture(name + ".reference.json");
     if (!f32 || !json) {
-        WARN("skipped: fixture " << name << " not found under " << SPECDEC_REPO_FIXTURES);
-        return;
+        SPECDEC_SKIP("fixture " << name << " not found under " << SPECDEC_REPO_FIXTURES);
     }
     const ArchReference ref = load_reference(*json);
     auto file = std::make_shared<const specdec::gguf::File>(specdec::gguf::File::open(*f32));
@@ -200,8 +198,7 @@ TEST_CASE("the fixtures exercise what they claim: biases, RoPE layout and freque
     const auto llama3_json = repo_fixture("llama3.reference.json");
     const auto qwen2_json = repo_fixture("qwen2.reference.json");
     if (!llama3 || !qwen2 || !llama3_json || !qwen2_json) {
-        WARN("skipped: fixtures not found under " << SPECDEC_REPO_FIXTURES);
-        return;
+        SPECDEC_SKIP("fixtures not found under " << SPECDEC_REPO_FIXTURES);
     }
     const auto logits_with = [](const std::filesystem::path& path, const std::vector<Token>& tokens, auto&& edit) {
         auto file = std::make_shared<const specdec::gguf::File>(specdec::gguf::File::open(path));
