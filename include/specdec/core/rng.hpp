@@ -23,6 +23,7 @@ enum class RandomPurpose : std::uint32_t {
     draft_sample = 1,   // drafter draws the token at this position
     accept_test = 2,    // uniform u of the rejection test at this position
     target_sample = 3,  // target draws (residual, bonus, or plain autoregressive) at this position
+    block_test = 4,     // block verification: uniform of draft `lane` of the step starting at this position
 };
 
 namespace detail {

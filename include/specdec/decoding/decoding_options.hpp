@@ -19,7 +19,7 @@
 namespace specdec {
 
 struct DecodingOptions {
-    std::size_t draft_tokens = 4;      // k: tokens proposed per target pass (speculative only)
+    std::size_t draft_tokens = 4;      // k: tokens proposed per target pass (the most, with a length policy)
     SamplingOptions sampling{};        // applied identically to draft and target
     std::uint64_t seed = 0;            // all randomness derives from it
     std::size_t max_new_tokens = 128;  // generation stops after this many tokens
@@ -70,6 +70,8 @@ struct GenerationStats {
     // Index i: how often a draft was proposed / accepted at draft position i of a step.
     std::vector<std::size_t> proposed_at_position;
     std::vector<std::size_t> accepted_at_position;
+    // Index n: how many steps proposed exactly n drafts (the chosen lengths).
+    std::vector<std::size_t> draft_length_counts;
     double prefill_seconds = 0.0;     // prefill(): the target's (and draft's) prompt pass
     double draft_seconds = 0.0;       // inside the drafter
     double target_seconds = 0.0;      // inside target.forward (the verification pass)
@@ -103,6 +105,7 @@ struct GenerationStats {
         device_verified_steps += other.device_verified_steps;
         add_counts(proposed_at_position, other.proposed_at_position);
         add_counts(accepted_at_position, other.accepted_at_position);
+        add_counts(draft_length_counts, other.draft_length_counts);
         prefill_seconds += other.prefill_seconds;
         draft_seconds += other.draft_seconds;
         target_seconds += other.target_seconds;

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 
 #include "specdec/core/rng.hpp"
 #include "specdec/core/types.hpp"
@@ -14,11 +15,44 @@
 
 namespace specdec {
 
+// What a stop rule may read before draft i is sampled: its index and the
+// drafter's own distribution q_i, summarised by its largest probability (at
+// temperature 0, where q is not formed, the largest probability of the draft's
+// softmax at temperature 1). Nothing of the verifier: a stop that depends only
+// on earlier drafts and on q keeps verification exact.
+struct DraftCandidate {
+    std::size_t index = 0;          // drafts 0 .. index - 1 are already kept
+    float top_probability = 1.0f;   // max_x q_index(x)
+};
+
+// An optional stop rule (a non-owning reference to a callable): asked before
+// each draft is sampled; true ends the proposal with `index` drafts.
+class DraftStop {
+public:
+    DraftStop() = default;
+    template <class F>
+        requires(!std::same_as<std::remove_cvref_t<F>, DraftStop>)
+    explicit DraftStop(F& rule)
+        : rule_(&rule), call_([](void* r, const DraftCandidate& c) -> bool { return (*static_cast<F*>(r))(c); }) {}
+
+    [[nodiscard]] explicit operator bool() const { return call_ != nullptr; }
+    [[nodiscard]] bool operator()(const DraftCandidate& candidate) const { return call_ && call_(rule_, candidate); }
+
+private:
+    void* rule_ = nullptr;
+    bool (*call_)(void*, const DraftCandidate&) = nullptr;
+};
+
 struct DraftRequest {
     std::span<const Token> history;   // every committed token: prompt + generated so far
     std::size_t max_tokens = 0;       // propose at most this many (fewer is fine, 0 too)
     const SamplingOptions& sampling;  // the processing q must carry (same as the target's)
-    const CounterRng& rng;            // draw draft i with rng.uniform(history.size() + i, draft_sample)
+    // Draw draft i with rng.uniform(history.size(), draft_sample, i): keyed by
+    // the step, not by the draft's position, so that a later step starting
+    // inside this block (after a rejection) draws afresh. Block verification's
+    // outcome depends on every draft, rejected ones included.
+    const CounterRng& rng;
+    DraftStop stop{};                 // optional: a drafter that forms q_i should consult it before draft i
 };
 
 // propose() must return tokens sampled from the q it reports. For exactness the

@@ -53,15 +53,21 @@ public:
         // draft, the corrected or bonus token) in one batched pass.
         LogitsView logits = cache_.forward(cache_.uncached_suffix(request.history));
         ++proposal.forward_passes;
-        const std::uint64_t first_position = request.history.size();
+        const std::uint64_t step_key = request.history.size();
         for (std::size_t i = 0; i < k; ++i) {
             check_vocab(logits);
             Token token;
             if (keep_q) {
                 std::span<float> q{proposal.probabilities.data() + i * vocab, vocab};
                 logits_to_distribution(logits.last_row(), request.sampling, q, "draft model");
-                token = sample_from_distribution(q, request.rng.uniform(first_position + i, RandomPurpose::draft_sample));
+                if (request.stop && request.stop(DraftCandidate{i, detail::row_max(q).max})) break;
+                token = sample_from_distribution(
+                    q, request.rng.uniform(step_key, RandomPurpose::draft_sample, static_cast<std::uint32_t>(i)));
             } else {
+                if (request.stop) {
+                    const float top = detail::softmax_normaliser(logits.last_row(), 1.0, "draft model").scale;
+                    if (request.stop(DraftCandidate{i, top})) break;
+                }
                 token = greedy_token(logits.last_row(), "draft model");
             }
             proposal.tokens.push_back(token);
@@ -70,6 +76,7 @@ public:
                 ++proposal.forward_passes;
             }
         }
+        if (keep_q) proposal.probabilities.resize(proposal.tokens.size() * vocab);
         return proposal;
     }
 

@@ -22,6 +22,7 @@
 #include "specdec/core/model_contract.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/decoding/decoding_options.hpp"
+#include "specdec/decoding/draft_length.hpp"
 #include "specdec/decoding/drafter.hpp"
 #include "specdec/decoding/kv_sync.hpp"
 #include "specdec/decoding/model_drafter.hpp"
@@ -67,19 +68,24 @@ concept HasVocabSize = requires(const D& d) {
 // Rule: the acceptance rule used at temperature > 0 (temperature 0 always uses
 // greedy verification). If the target runs Rule itself (DeviceVerifyingLM),
 // verification happens there; otherwise on the host.
-template <CausalLM Target, class Draft, AcceptanceRule Rule = TokenwiseRejection>
+// Policy: how many drafts each step proposes (draft_length.hpp); with a
+// policy other than FixedLength, options.draft_tokens is the maximum.
+template <CausalLM Target, class Draft, AcceptanceRule Rule = TokenwiseRejection,
+          DraftLengthPolicy Policy = FixedLength>
     requires(Drafter<Draft> || CausalLM<Draft>)
-class SpeculativeDecoder : public detail::DecoderSession<SpeculativeDecoder<Target, Draft, Rule>> {
-    using Session = detail::DecoderSession<SpeculativeDecoder<Target, Draft, Rule>>;
+class SpeculativeDecoder : public detail::DecoderSession<SpeculativeDecoder<Target, Draft, Rule, Policy>> {
+    using Session = detail::DecoderSession<SpeculativeDecoder<Target, Draft, Rule, Policy>>;
 
 public:
     // Throws specdec::Error for invalid options or when a draft model's
     // vocabulary differs from the target's. Both models must outlive the decoder.
-    SpeculativeDecoder(TargetRole<Target> target, DraftRole<Draft> draft, DecodingOptions options = {}, Rule rule = {})
+    SpeculativeDecoder(TargetRole<Target> target, DraftRole<Draft> draft, DecodingOptions options = {}, Rule rule = {},
+                       Policy policy = {})
         : Session(std::move(options)),
           drafter_(detail::DrafterFor<Draft>::make(draft.source)),
           target_(target.model),
-          rule_(std::move(rule)) {
+          rule_(std::move(rule)),
+          policy_(std::move(policy)) {
         validate(this->options_, /*speculative=*/true);
         if constexpr (detail::HasVocabSize<Draft>) {
             if (draft.source.vocab_size() != target.model.vocab_size()) {
@@ -135,14 +141,17 @@ public:
         const DecodingOptions& options = this->options_;
         // The target's cache will hold committed + k positions after the pass, and
         // a step emits at most k + 1 tokens: draft no more than either allows.
-        const std::size_t k_max = std::min({options.draft_tokens, context - committed, max_tokens - 1});
+        const std::size_t cap = std::min({options.draft_tokens, context - committed, max_tokens - 1});
         stats.proposed_at_position.assign(options.draft_tokens, 0);
         stats.accepted_at_position.assign(options.draft_tokens, 0);
+        stats.draft_length_counts.assign(options.draft_tokens + 1, 0);
         const CounterRng rng{options.seed};
 
         auto draft_start = detail::Clock::now();
+        const DraftPlan plan = policy_.plan(cap, committed);
+        const std::size_t k_max = std::min(plan.max_tokens, cap);
         DraftProposal draft;
-        if (k_max > 0) draft = drafter_.propose(DraftRequest{history, k_max, options.sampling, rng});
+        if (k_max > 0) draft = drafter_.propose(DraftRequest{history, k_max, options.sampling, rng, plan.stop});
         stats.draft_seconds = detail::seconds_since(draft_start);
         if (draft.size() > k_max) {
             std::ostringstream message;
@@ -155,6 +164,7 @@ public:
         stats.draft_forward_passes = draft.forward_passes;
         stats.draft_tokens_proposed = k;
         for (std::size_t i = 0; i < k; ++i) ++stats.proposed_at_position[i];
+        ++stats.draft_length_counts[k];
 
         // One target pass over [uncached history..., drafts...].
         const std::span<const Token> uncached = target_.uncached_suffix(history);
@@ -172,7 +182,7 @@ public:
             const LogitsView logits = target_.forward(feed_);
             stats.target_seconds = detail::seconds_since(forward_start);
             auto accept_start = detail::Clock::now();
-            verdict = detail::verify_on_host(logits, draft, options.sampling, rng, committed, scratch_, rule_);
+            verdict = detail::verify_on_host(logits, draft, options.sampling, rng, committed, rows_, rule_);
             stats.acceptance_seconds = detail::seconds_since(accept_start);
         }
         stats.target_forward_passes = 1;
@@ -191,8 +201,19 @@ public:
         for (std::size_t i = 0; i < accepted_emitted; ++i) ++stats.accepted_at_position[i];
         stats.generated_tokens = emitted;
         stats.total_seconds = detail::seconds_since(start);
+        policy_.observe(StepOutcome{.proposed = k,
+                                    .accepted = verdict.accepted,
+                                    .draft_passes = draft.forward_passes,
+                                    .verified_tokens = feed_.size(),
+                                    .draft_seconds = stats.draft_seconds,
+                                    .target_seconds = stats.target_seconds,
+                                    .acceptance_seconds = stats.acceptance_seconds,
+                                    .total_seconds = stats.total_seconds});
         return result;
     }
+
+    // The draft-length policy (e.g. to read what AutoLength has learned).
+    [[nodiscard]] const Policy& policy() const { return policy_; }
 
     // Empties both KV caches and the committed sequence.
     void reset() {
@@ -205,7 +226,8 @@ private:
     typename detail::DrafterFor<Draft>::type drafter_;
     detail::KvSync<Target> target_;
     Rule rule_;
-    std::vector<float> scratch_;
+    Policy policy_;
+    detail::LazyDistributions rows_;
     std::vector<Token> feed_, step_tokens_;
 };
 

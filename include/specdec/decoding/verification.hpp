@@ -30,6 +30,16 @@ struct TokenwiseRejection {
     }
 };
 
+// Block verification (Sun et al., ICLR 2025): exact, and keeps at least as many
+// drafts as TokenwiseRejection in expectation. Needs full q rows from a model
+// drafter to gain anything (with point-mass drafts it equals token-wise).
+struct BlockVerification {
+    AcceptanceResult operator()(const DraftProposal& draft, DistributionRows p, const CounterRng& rng,
+                                std::uint64_t first_position) const {
+        return accept_block_verification(draft, p, rng, first_position);
+    }
+};
+
 template <class Rule>
 concept AcceptanceRule = requires(const Rule& rule, const DraftProposal& draft, DistributionRows p,
                                   const CounterRng& rng, std::uint64_t position) {
@@ -39,10 +49,11 @@ concept AcceptanceRule = requires(const Rule& rule, const DraftProposal& draft, 
 namespace detail {
 
 // `logits` holds at least draft.size() + 1 rows; the last k + 1 are used.
-// `scratch` is reused between calls to avoid reallocating k x vocab floats.
+// `rows` is reused between calls; it processes each row only as far as the
+// rule reads it (see LazyDistributions).
 template <AcceptanceRule Rule>
 AcceptanceResult verify_on_host(const LogitsView& logits, const DraftProposal& draft, const SamplingOptions& sampling,
-                                const CounterRng& rng, std::uint64_t first_position, std::vector<float>& scratch,
+                                const CounterRng& rng, std::uint64_t first_position, LazyDistributions& rows,
                                 const Rule& rule) {
     const std::size_t k = draft.size();
     const std::size_t first_row = logits.rows - (k + 1);
@@ -51,12 +62,18 @@ AcceptanceResult verify_on_host(const LogitsView& logits, const DraftProposal& d
         for (std::size_t i = 0; i <= k; ++i) argmax[i] = greedy_token(logits.row(first_row + i), "target model");
         return accept_greedy(draft.tokens, argmax);
     }
-    const std::size_t vocab = logits.vocab;
-    scratch.resize((k + 1) * vocab);
-    for (std::size_t i = 0; i <= k; ++i)
-        logits_to_distribution(logits.row(first_row + i), sampling, {scratch.data() + i * vocab, vocab},
-                               "target model");
-    return rule(draft, DistributionRows{scratch.data(), k + 1, vocab}, rng, first_position);
+    rows.reset(logits, first_row, k + 1, sampling, "target model");
+    return rule(draft, DistributionRows{nullptr, k + 1, logits.vocab, &rows}, rng, first_position);
+}
+
+// The same with a plain scratch vector (kept for callers that hold one).
+template <AcceptanceRule Rule>
+AcceptanceResult verify_on_host(const LogitsView& logits, const DraftProposal& draft, const SamplingOptions& sampling,
+                                const CounterRng& rng, std::uint64_t first_position, std::vector<float>& scratch,
+                                const Rule& rule) {
+    (void)scratch;
+    LazyDistributions rows;
+    return verify_on_host(logits, draft, sampling, rng, first_position, rows, rule);
 }
 
 // One token from the last row, as plain autoregressive sampling does it.

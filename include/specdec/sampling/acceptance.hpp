@@ -5,7 +5,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <algorithm>
 #include <sstream>
+#include <string_view>
+#include <vector>
 
 #include "specdec/core/error.hpp"
 #include "specdec/core/rng.hpp"
@@ -15,14 +18,88 @@
 
 namespace specdec {
 
+namespace detail {
+
+// Target distributions computed from logits only as far as a rule reads them.
+// Token-wise rejection reads p_i(x_i) for the accepted drafts and one full row
+// (the residual or the bonus); p_i(x_i) needs only the row's maximum and
+// normaliser (two passes, nothing written). Full rows are computed on first
+// use. A probability read alone is bitwise the value the full row holds, so a
+// rule sees one distribution whichever way it reads it.
+class LazyDistributions {
+public:
+    // `logits`: the k + 1 rows to process (LogitsView::row(first_row + i)).
+    void reset(const LogitsView& logits, std::size_t first_row, std::size_t rows, const SamplingOptions& sampling,
+               std::string_view who) {
+        logits_ = logits;
+        first_row_ = first_row;
+        rows_ = rows;
+        sampling_ = sampling;
+        who_ = who;
+        plain_ = !filters_tokens(sampling, logits.vocab);
+        storage_.resize(rows * logits.vocab);
+        state_.assign(rows, State::none);
+        normalisers_.resize(rows);
+    }
+
+    [[nodiscard]] std::size_t rows() const { return rows_; }
+    [[nodiscard]] std::size_t vocab() const { return logits_.vocab; }
+
+    std::span<const float> row(std::size_t i) {
+        std::span<float> out{storage_.data() + i * vocab(), vocab()};
+        if (state_[i] != State::full) {
+            logits_to_distribution(logits_.row(first_row_ + i), sampling_, out, who_);
+            state_[i] = State::full;
+        }
+        return out;
+    }
+
+    float probability(std::size_t i, Token x) {
+        if (!plain_ || state_[i] == State::full) return row(i)[static_cast<std::size_t>(x)];
+        if (state_[i] == State::none) {
+            normalisers_[i] = softmax_normaliser(logits_.row(first_row_ + i), sampling_.temperature, who_);
+            state_[i] = State::normalised;
+        }
+        return normalisers_[i].probability(logits_.row(first_row_ + i)[static_cast<std::size_t>(x)]);
+    }
+
+    // Rows materialised so far (for tests and cost accounting).
+    [[nodiscard]] std::size_t full_rows() const {
+        std::size_t count = 0;
+        for (const State s : state_) count += s == State::full;
+        return count;
+    }
+
+private:
+    enum class State : unsigned char { none, normalised, full };
+    LogitsView logits_{};
+    std::size_t first_row_ = 0, rows_ = 0;
+    SamplingOptions sampling_{};
+    std::string_view who_;
+    bool plain_ = true;
+    std::vector<float> storage_;
+    std::vector<State> state_;
+    std::vector<SoftmaxNormaliser> normalisers_;
+};
+
+}  // namespace detail
+
 // k + 1 target distributions of `vocab` floats: rows 0..k-1 score the k drafts,
-// row k is the distribution after all of them (for the bonus token).
+// row k is the distribution after all of them (for the bonus token). Either
+// dense rows at `data`, or computed on demand from logits (`lazy`).
 struct DistributionRows {
     const float* data = nullptr;
     std::size_t rows = 0;
     std::size_t vocab = 0;
+    detail::LazyDistributions* lazy = nullptr;
 
-    [[nodiscard]] std::span<const float> row(std::size_t i) const { return {data + i * vocab, vocab}; }
+    [[nodiscard]] std::span<const float> row(std::size_t i) const {
+        return lazy ? lazy->row(i) : std::span<const float>{data + i * vocab, vocab};
+    }
+    // p_i(x): cheaper than row(i)[x] when the rows are lazy.
+    [[nodiscard]] float probability(std::size_t i, Token x) const {
+        return lazy ? lazy->probability(i, x) : data[i * vocab + static_cast<std::size_t>(x)];
+    }
 };
 
 namespace detail {
@@ -51,31 +128,66 @@ inline void check_rows(const DraftProposal& draft, std::size_t target_rows, std:
     check_draft_tokens(draft, vocab);
 }
 
-// y ~ norm(max(p - q, 0)), drawn by inverse CDF without normalising (so no
-// division by a tiny mass). If rounding leaves no residual mass at all (p == q
-// up to float error, where a rejection has probability ~1e-7), fall back to p.
-inline Token sample_residual(std::span<const float> p, const DraftProposal& draft, std::size_t i, double u) {
+// y ~ norm(max(w * p - q, 0)) with q = draft.q(i) (w = 1: the token-wise
+// residual; w <= 1: block verification's), drawn by inverse CDF without
+// normalising (so no division by a tiny mass). If rounding leaves no residual
+// mass at all (p == q up to float error, where a rejection has probability
+// ~1e-7), fall back to p.
+inline Token sample_residual(std::span<const float> p, const DraftProposal& draft, std::size_t i, double u,
+                             double w = 1.0) {
+    const std::size_t vocab = p.size();
+    const std::size_t drafted = static_cast<std::size_t>(draft.tokens[i]);
+    const float* q = draft.point_mass() ? nullptr : draft.q(i).data();
+    auto residual = [&](std::size_t x) {
+        const double q_x = q ? static_cast<double>(q[x]) : (x == drafted ? 1.0 : 0.0);
+        const double value = w * p[x] - q_x;
+        return value > 0.0 ? value : 0.0;
+    };
     double mass = 0.0;
-    if (draft.point_mass()) {
-        const std::size_t drafted = static_cast<std::size_t>(draft.tokens[i]);
-        for (std::size_t x = 0; x < p.size(); ++x) mass += x == drafted ? 0.0 : p[x];
-    } else {
-        const std::span<const float> q = draft.q(i);
-        for (std::size_t x = 0; x < p.size(); ++x) mass += p[x] > q[x] ? static_cast<double>(p[x]) - q[x] : 0.0;
-    }
+    for (std::size_t x = 0; x < vocab; ++x) mass += residual(x);
     if (!(mass > 0.0)) return sample_from_distribution(p, u);
     const double threshold = u * mass;
     double cumulative = 0.0;
     std::size_t last_positive = 0;
-    for (std::size_t x = 0; x < p.size(); ++x) {
-        const double q_x = draft.q_of(i, static_cast<Token>(x));
-        const double residual = p[x] > q_x ? p[x] - q_x : 0.0;
-        if (residual <= 0.0) continue;
-        cumulative += residual;
+    for (std::size_t x = 0; x < vocab; ++x) {
+        const double r = residual(x);
+        if (r <= 0.0) continue;
+        cumulative += r;
         last_positive = x;
         if (threshold < cumulative) return static_cast<Token>(x);
     }
     return static_cast<Token>(last_positive);
+}
+
+// Block verification's quantities for drafts 1..k (index i - 1):
+//   w_i = min(1, w_{i-1} p_i(x_i) / q_i(x_i)), w_0 = 1 (0 once some q_i(x_i) = 0);
+//   h_i = Z_i / (Z_i + 1 - w_i) with Z_i = sum_x max(w_i p_{i+1}(x) - q_{i+1}(x), 0)
+//         (1 when the denominator is 0), for i < k;  h_k = w_k.
+// The first k rows of p are read in full except row 0 (only p_1(x_1)).
+inline void block_weights(const DraftProposal& draft, const DistributionRows& p, std::vector<double>& w,
+                          std::vector<double>& h) {
+    const std::size_t k = draft.size();
+    w.assign(k, 0.0);
+    h.assign(k, 0.0);
+    double weight = 1.0;
+    for (std::size_t i = 0; i < k; ++i) {
+        const Token x = draft.tokens[i];
+        const double q_x = draft.q_of(i, x);
+        const double p_x = p.probability(i, x);
+        weight = q_x > 0.0 ? std::min(1.0, weight * p_x / q_x) : 0.0;
+        w[i] = weight;
+    }
+    for (std::size_t i = 0; i + 1 < k; ++i) {
+        const std::span<const float> next = p.row(i + 1);
+        double z = 0.0;
+        for (std::size_t x = 0; x < next.size(); ++x) {
+            const double value = w[i] * next[x] - draft.q_of(i + 1, static_cast<Token>(x));
+            z += value > 0.0 ? value : 0.0;
+        }
+        const double denominator = z + 1.0 - w[i];
+        h[i] = denominator > 0.0 ? z / denominator : 1.0;
+    }
+    if (k > 0) h[k - 1] = w[k - 1];
 }
 
 }  // namespace detail
@@ -95,8 +207,8 @@ inline Token sample_residual(std::span<const float> p, const DraftProposal& draf
     const std::size_t k = draft.size();
     for (std::size_t i = 0; i < k; ++i) {
         const Token x = draft.tokens[i];
-        const double p_x = p.row(i)[static_cast<std::size_t>(x)];
         const double q_x = draft.q_of(i, x);
+        const double p_x = q_x > 0.0 ? p.probability(i, x) : 0.0;
         const double u = rng.uniform(first_position + i, RandomPurpose::accept_test);
         if (q_x > 0.0 && u * q_x < p_x) continue;
         const double v = rng.uniform(first_position + i, RandomPurpose::target_sample);
@@ -104,6 +216,42 @@ inline Token sample_residual(std::span<const float> p, const DraftProposal& draf
     }
     const double v = rng.uniform(first_position + k, RandomPurpose::target_sample);
     return {k, sample_from_distribution(p.row(k), v)};
+}
+
+// Block verification (Sun, Mendlovic, Leviathan, Aharoni, Beirami, Ro, Suresh,
+// "Block Verification Accelerates Speculative Decoding", ICLR 2025). Decides
+// the whole block at once instead of draft by draft: with w_i, h_i as in
+// detail::block_weights and independent uniforms u_1..u_k,
+//   tau = the largest i with u_i <= h_i (0 if none); keep x_1..x_tau;
+//   emit y ~ p_{k+1} if tau = k, else y ~ norm(max(w_tau p_{tau+1} - q_{tau+1}, 0)).
+// Exact for every draft length (the paper's Theorem 1) and never keeps fewer
+// drafts in expectation than token-wise rejection (Theorem 2); a draft stopped
+// early by a rule that reads only earlier drafts and their q is still exact
+// (checked by enumeration in the tests). Point-mass drafts are handled
+// (q = delta) but gain nothing: w_i = prod p_j(x_j) never clips.
+//
+// All k uniforms are drawn, also those of drafts that end up rejected, and the
+// outcome depends on every draft. So the uniforms are keyed by the step's first
+// position and the draft index (a lane), never by the position alone, which a
+// later step would reuse: after a rejection the next step starts inside this
+// block. The drafter must likewise draw per step (ModelDrafter does).
+[[nodiscard]] inline AcceptanceResult accept_block_verification(const DraftProposal& draft, DistributionRows p,
+                                                                const CounterRng& rng, std::uint64_t first_position) {
+    detail::check_rows(draft, p.rows, p.vocab);
+    const std::size_t k = draft.size();
+    thread_local std::vector<double> w, h;
+    detail::block_weights(draft, p, w, h);
+    std::size_t tau = 0;
+    for (std::size_t i = k; i > 0; --i) {
+        if (rng.uniform(first_position, RandomPurpose::block_test, static_cast<std::uint32_t>(i)) <= h[i - 1]) {
+            tau = i;
+            break;
+        }
+    }
+    const double v = rng.uniform(first_position + tau, RandomPurpose::target_sample);
+    if (tau == k) return {k, sample_from_distribution(p.row(k), v)};
+    const double weight = tau == 0 ? 1.0 : w[tau - 1];
+    return {tau, detail::sample_residual(p.row(tau), draft, tau, v, weight)};
 }
 
 // Greedy verification (temperature 0): keep drafts while they equal the

@@ -15,6 +15,7 @@
 #include "specdec/core/error.hpp"
 #include "specdec/core/types.hpp"
 #include "specdec/sampling/fast_exp.hpp"
+#include "specdec/sampling/row_kernels.hpp"
 #include "specdec/core/sampling_options.hpp"
 
 namespace specdec {
@@ -40,14 +41,37 @@ namespace detail {
 // The largest logit, after checking the row: NaN and +inf are errors, -inf
 // (a masked token) is allowed unless every token is masked.
 inline float checked_max_logit(std::span<const float> logits, std::string_view who) {
-    float max_value = -std::numeric_limits<float>::infinity();
-    bool bad = false;
-    for (const float value : logits) {
-        bad |= (value != value) | (value == std::numeric_limits<float>::infinity());
-        max_value = value > max_value ? value : max_value;
-    }
-    if (bad || max_value == -std::numeric_limits<float>::infinity()) throw_bad_logit(who, logits);
-    return max_value;
+    const RowMax result = row_max(logits);
+    if (result.bad || result.max == -std::numeric_limits<float>::infinity()) throw_bad_logit(who, logits);
+    return result.max;
+}
+
+// What turns one logits row into softmax probabilities without filtering:
+// p(x) = exp_term(logits[x], max, inverse_temperature) * scale.
+struct SoftmaxNormaliser {
+    float max = 0.0f;
+    float inverse_temperature = 1.0f;
+    float scale = 1.0f;
+
+    [[nodiscard]] float probability(float logit) const { return exp_term(logit, max, inverse_temperature) * scale; }
+};
+
+// One checked-max pass and one exp-and-sum pass; writes the unnormalised
+// terms to `terms` when given.
+inline SoftmaxNormaliser softmax_normaliser(std::span<const float> logits, double temperature, std::string_view who,
+                                            float* terms = nullptr) {
+    SoftmaxNormaliser normaliser;
+    normaliser.max = checked_max_logit(logits, who);
+    normaliser.inverse_temperature = static_cast<float>(1.0 / temperature);
+    // total >= 1: the max logit contributes exp(0) = 1.
+    const float total = exp_sum(logits, normaliser.max, normaliser.inverse_temperature, terms);
+    normaliser.scale = 1.0f / total;
+    return normaliser;
+}
+
+// Whether top-k, top-p or min-p can remove tokens from a row of `vocab`.
+[[nodiscard]] inline bool filters_tokens(const SamplingOptions& options, std::size_t vocab) {
+    return (options.top_k > 0 && options.top_k < vocab) || options.top_p < 1.0 || options.min_p > 0.0;
 }
 
 }  // namespace detail
@@ -73,22 +97,9 @@ inline void logits_to_distribution(std::span<const float> logits, const Sampling
         probabilities[static_cast<std::size_t>(best)] = 1.0f;
         return;
     }
-    const float max_logit = detail::checked_max_logit(logits, who);
-    const float inverse_temperature = static_cast<float>(1.0 / options.temperature);
-    float total = 0.0f;
-    for (std::size_t i = 0; i < vocab; ++i) {
-        // The maximum gets exp(0) = 1 without the product: at a temperature so
-        // small that 1 / T overflows to inf, 0 * inf would be NaN and the row
-        // would have no mass (the limit T -> 0 is the uniform distribution over
-        // the tied maxima, which this gives).
-        const float scaled = logits[i] == max_logit ? 0.0f : (logits[i] - max_logit) * inverse_temperature;
-        const float e = detail::exp_nonpositive(scaled);
-        probabilities[i] = e;
-        total += e;
-    }
-    // total >= 1: the max logit contributes exp(0) = 1.
-    float scale = 1.0f / total;
-    for (std::size_t i = 0; i < vocab; ++i) probabilities[i] *= scale;
+    const detail::SoftmaxNormaliser normaliser =
+        detail::softmax_normaliser(logits, options.temperature, who, probabilities.data());
+    detail::scale_row(probabilities, normaliser.scale);
 
     const bool use_top_k = options.top_k > 0 && options.top_k < vocab;
     const bool use_top_p = options.top_p < 1.0;
@@ -142,19 +153,33 @@ inline void logits_to_distribution(std::span<const float> logits, const Sampling
 // Inverse-CDF draw with a uniform u in [0, 1). Never returns a token of
 // probability 0, even when rounding leaves u beyond the accumulated mass.
 [[nodiscard]] inline Token sample_from_distribution(std::span<const float> probabilities, double u) {
-    double total = 0.0;
-    for (const float p : probabilities) total += p;
+    // Block sums first (one vectorised pass), then a scan of one block: the
+    // same inverse CDF as a scan of the whole row, up to rounding of the sums.
+    thread_local std::vector<double> block_sums;
+    const std::size_t n = probabilities.size();
+    block_sums.resize((n + detail::kSampleBlock - 1) / detail::kSampleBlock);
+    const double total = detail::block_sums(probabilities, block_sums.data());
     const double threshold = u * total;
     double cumulative = 0.0;
-    std::size_t last_positive = probabilities.size();
-    for (std::size_t i = 0; i < probabilities.size(); ++i) {
-        if (probabilities[i] <= 0.0f) continue;
-        cumulative += probabilities[i];
-        last_positive = i;
-        if (threshold < cumulative) return static_cast<Token>(i);
+    for (std::size_t b = 0; b < block_sums.size(); ++b) {
+        if (!(threshold < cumulative + block_sums[b])) {
+            cumulative += block_sums[b];
+            continue;
+        }
+        const std::size_t end = std::min(n, (b + 1) * detail::kSampleBlock);
+        std::size_t last_positive = end;
+        for (std::size_t i = b * detail::kSampleBlock; i < end; ++i) {
+            if (probabilities[i] <= 0.0f) continue;
+            cumulative += probabilities[i];
+            last_positive = i;
+            if (threshold < cumulative) return static_cast<Token>(i);
+        }
+        // Rounding left the threshold just past this block's own scan.
+        if (last_positive != end) return static_cast<Token>(last_positive);
     }
-    if (last_positive == probabilities.size()) throw Error("cannot sample from a distribution with no positive mass");
-    return static_cast<Token>(last_positive);
+    for (std::size_t i = n; i-- > 0;)
+        if (probabilities[i] > 0.0f) return static_cast<Token>(i);
+    throw Error("cannot sample from a distribution with no positive mass");
 }
 
 }  // namespace specdec
