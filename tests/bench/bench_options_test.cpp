@@ -24,9 +24,27 @@ TEST_CASE("no arguments select the embedded synthetic pair with the documented d
     CHECK(!options.draft_path);
     CHECK(options.synthetic_size == "100m");
     CHECK(options.backend == specdec::bench::Backend::cpu);
-    CHECK(options.draft_tokens == std::vector<std::size_t>{1, 2, 3, 4, 6});
+    CHECK(options.draft_tokens == std::vector<std::size_t>{1, 2, 3, 4});
+    CHECK(options.auto_length);
+    CHECK(options.rules == std::vector<specdec::bench::RuleChoice>{specdec::bench::RuleChoice::tokenwise,
+                                                                    specdec::bench::RuleChoice::block});
     CHECK(options.temperatures == std::vector<double>{0.0, 1.0});
     CHECK(options.repetitions >= 1);
+}
+
+TEST_CASE("--draft-tokens takes auto beside numbers, --rule takes the rules", "[bench][cli]") {
+    const BenchOptions only_auto = parse({"--draft-tokens", "auto", "--max-draft-tokens", "6", "--rule", "block"});
+    CHECK(only_auto.auto_length);
+    CHECK(only_auto.draft_tokens.empty());
+    CHECK(only_auto.auto_max_draft_tokens == 6);
+    CHECK(only_auto.rules == std::vector<specdec::bench::RuleChoice>{specdec::bench::RuleChoice::block});
+    const BenchOptions fixed = parse({"--draft-tokens", "3,2"});
+    CHECK(!fixed.auto_length);
+    CHECK(fixed.draft_tokens == std::vector<std::size_t>{2, 3});
+    const BenchOptions both = parse({"--draft-tokens=2,auto", "--rule=tokenwise,block,tokenwise"});
+    CHECK(both.auto_length);
+    CHECK(both.draft_tokens == std::vector<std::size_t>{2});
+    CHECK(both.rules.size() == 2);
 }
 
 TEST_CASE("lists, numbers and both flag spellings are parsed", "[bench][cli]") {
@@ -68,6 +86,10 @@ TEST_CASE("bad command lines are usage errors", "[bench][cli]") {
         {"--draft-tokens", "-1"},
         {"--draft-tokens", "3x"},
         {"--draft-tokens"},
+        {"--draft-tokens", "automatic"},
+        {"--max-draft-tokens", "0"},
+        {"--rule", "typical"},
+        {"--rule", ""},
         {"--temperatures", "-0.5"},
         {"--temperatures", "hot"},
         {"--temperatures", "nan"},

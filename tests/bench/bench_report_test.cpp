@@ -3,6 +3,7 @@
 // greedy check passes, and the SVG is a complete document.
 #include <cmath>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -201,4 +202,42 @@ TEST_CASE("the machine line reads the CPU model from /proc/cpuinfo", "[bench][re
     CHECK(hardware_threads() >= 1);
     CHECK(load_average() >= 0.0);
     CHECK(load_average("/no/such/loadavg") < 0.0);
+}
+
+TEST_CASE("auto and block rows report the rule, the chosen lengths and a step-time breakdown", "[bench][report]") {
+    TinyPair pair;
+    BenchInputs inputs = tiny_inputs(pair.target, describe_llama(pair.draft, true));
+    inputs.settings.draft_tokens = {2};
+    inputs.settings.auto_length = true;
+    inputs.settings.auto_max_draft_tokens = 4;
+    inputs.settings.rules = {RuleChoice::tokenwise, RuleChoice::block};
+    const BenchReport report = run_benchmark(pair.draft, pair.target, inputs);
+    // T = 0: token-wise 2 and auto; T = 1: token-wise 2, auto, block 2, block auto.
+    REQUIRE(report.configurations.size() == 6);
+    CHECK(report.all_greedy_runs_match());
+    const nlohmann::json json = nlohmann::json::parse(report_to_json(report).dump());
+    std::size_t auto_runs = 0, block_runs = 0;
+    for (const nlohmann::json& run : json["runs"]) {
+        if (run["method"] != "speculative") continue;
+        REQUIRE(run.contains("draft_length_counts"));
+        std::size_t steps = 0;
+        for (const auto& count : run["draft_length_counts"]) steps += count.get<std::size_t>();
+        CHECK(steps == run["target_forward_passes"].get<std::size_t>());
+        if (run["draft_length"] == "auto") {
+            ++auto_runs;
+            CHECK(run["draft_length_counts"].size() == 5);
+        }
+        if (run["rule"] == "block") {
+            ++block_runs;
+            CHECK(run["temperature"].get<double>() > 0.0);
+        }
+        for (const char* key : {"draft", "verify", "acceptance", "other", "model"}) require_number(run["step_seconds"], key);
+    }
+    CHECK(auto_runs == 3);
+    CHECK(block_runs == 2);
+    std::ostringstream table;
+    print_table(table, report);
+    CHECK(table.str().find("auto<=4") != std::string::npos);
+    CHECK(table.str().find("2 block") != std::string::npos);
+    CHECK(table.str().find("where a step's time goes") != std::string::npos);
 }

@@ -85,7 +85,8 @@ struct ConfidenceStop {
 // Chooses each step's draft length to maximise expected tokens per second,
 // from what it measures while generating:
 //   a_i   acceptance of draft i given drafts 0..i-1 were kept (decayed counts,
-//         shrunk towards the pooled rate where a position has few samples);
+//         shrunk towards a_{i-1} where a position has few samples: acceptance
+//         rarely grows with depth, so an unmeasured position is not promised more);
 //   A(t)  acceptance of a draft whose q has top probability t (10 bins);
 //   d     seconds per draft pass; V(n) seconds of a target pass over n tokens
 //         (unmeasured widths interpolated linearly); r per verified row of
@@ -102,10 +103,11 @@ struct ConfidenceStop {
 class AutoLength {
 public:
     struct Options {
-        std::size_t warmup_steps = 4;     // draft the cap until this many steps were observed
+        std::size_t warmup_steps = 4;     // steps drafted at min(cap, warmup_length) before the model decides
+        std::size_t warmup_length = 4;
         std::size_t explore_every = 16;   // one step in this many drafts k* + 1
         double decay = 0.98;              // per-step weight of older acceptance samples
-        double prior_strength = 4.0;      // pseudo-samples pulling a_i towards the pooled rate
+        double prior_strength = 4.0;      // pseudo-samples pulling a_i towards a_{i-1}
         bool confidence_stop = true;      // stop inside a draft by the cost threshold
     };
 
@@ -120,7 +122,7 @@ public:
 
     DraftPlan plan(std::size_t cap, std::uint64_t) {
         ensure_positions(cap);
-        planned_ = cap;
+        planned_ = std::min(cap, options_.warmup_length);
         if (steps_ >= options_.warmup_steps && cap > 0) {
             std::size_t best = 0;
             double best_rate = 0.0;
@@ -188,15 +190,13 @@ private:
         }
     }
 
-    [[nodiscard]] double pooled_acceptance() const {
-        double t = 0.0, a = 0.0;
-        for (std::size_t i = 0; i < tested_.size(); ++i) t += tested_[i], a += accepted_[i];
-        return t > 0.0 ? a / t : 0.5;
-    }
     [[nodiscard]] double position_acceptance(std::size_t i) const {
-        const double pooled = pooled_acceptance();
-        const double t = i < tested_.size() ? tested_[i] : 0.0, a = i < accepted_.size() ? accepted_[i] : 0.0;
-        return (a + options_.prior_strength * pooled) / (t + options_.prior_strength);
+        double estimate = 0.5;  // before anything was measured
+        for (std::size_t j = 0; j <= i; ++j) {
+            const double t = j < tested_.size() ? tested_[j] : 0.0, a = j < accepted_.size() ? accepted_[j] : 0.0;
+            estimate = (a + options_.prior_strength * estimate) / (t + options_.prior_strength);
+        }
+        return estimate;
     }
     [[nodiscard]] double bin_acceptance(float top, std::size_t i) const {
         const std::size_t bin = bin_of(top);
