@@ -31,17 +31,30 @@ enum class Backend { cpu, cuda };
 
 inline constexpr std::string_view kPromptLookupDraft = "prompt-lookup";
 
+// The acceptance rule of a configuration. Block verification equals greedy
+// verification at temperature 0, so it is only run at temperatures > 0.
+enum class RuleChoice { tokenwise, block };
+
+[[nodiscard]] inline std::string_view to_string(RuleChoice rule) {
+    return rule == RuleChoice::tokenwise ? "tokenwise" : "block";
+}
+
 struct BenchOptions {
     std::optional<std::string> target_path;  // a GGUF file; none = the embedded synthetic target
     std::optional<std::string> draft_path;   // a GGUF file, or "prompt-lookup"
     Backend backend = Backend::cpu;
-    // Defaults sized so that the no-argument run finishes in well under three
-    // minutes on a 2-core machine (see the Results section of README.md).
-    std::vector<std::size_t> draft_tokens{1, 2, 3, 4, 6};
+    // Defaults sized so that the no-argument run finishes in about a minute on
+    // a 2-core machine (see the Results section of README.md). Each repetition
+    // is another seed, so alpha is measured over repetitions x new_tokens
+    // independently sampled tokens (one seed gives the same text every time).
+    std::vector<std::size_t> draft_tokens{1, 2, 3, 4};
+    bool auto_length = true;             // also a row with AutoLength (the list item "auto")
+    std::size_t auto_max_draft_tokens = 8;
+    std::vector<RuleChoice> rules{RuleChoice::tokenwise, RuleChoice::block};
     std::vector<double> temperatures{0.0, 1.0};
     std::size_t new_tokens = 64;
     std::optional<std::string> prompt;
-    std::size_t repetitions = 2;
+    std::size_t repetitions = 3;
     std::size_t threads = 0;  // 0 = every hardware thread
     std::uint64_t seed = 42;
     std::optional<std::string> json_path;
@@ -89,11 +102,16 @@ models
   --threads N               CPU threads (default: all hardware threads)
 
 what to measure
-  --draft-tokens LIST       draft lengths k, comma-separated (default 1,2,3,4,6)
+  --draft-tokens LIST       draft lengths k, comma-separated; "auto" adds a row where the decoder chooses
+                            each step's length by its online cost model (default 1,2,3,4,auto)
+  --max-draft-tokens N      the most drafts per step of the auto row (default 8)
+  --rule LIST               acceptance rules: tokenwise, block (block verification; runs at T > 0 only,
+                            at T = 0 it is greedy verification) (default tokenwise,block)
   --temperatures LIST       sampling temperatures, 0 = greedy (default 0,1)
   --new-tokens N            tokens generated per run (default 64)
   --prompt TEXT             prompt text (GGUF models; synthetic models use a seeded token prompt)
-  --repetitions N           interleaved autoregressive/speculative pairs per configuration (default 2)
+  --repetitions N           interleaved autoregressive/speculative pairs per configuration, seeds
+                            seed, seed + 1, ... (default 3)
   --seed N                  seed of every random choice (default 42)
 
 output
@@ -195,12 +213,25 @@ inline void require_file(std::string_view flag, const std::string& path) {
             else throw UsageError("--backend: '" + std::string(name) + "' is not a backend, expected cpu or cuda");
         } else if (flag == "--draft-tokens") {
             options.draft_tokens.clear();
+            options.auto_length = false;
             for (const std::string_view item : detail::split_list(flag, value())) {
-                options.draft_tokens.push_back(detail::parse_count(flag, item, 1));
+                if (item == "auto") options.auto_length = true;
+                else options.draft_tokens.push_back(detail::parse_count(flag, item, 1));
             }
             std::sort(options.draft_tokens.begin(), options.draft_tokens.end());
             options.draft_tokens.erase(std::unique(options.draft_tokens.begin(), options.draft_tokens.end()),
                                        options.draft_tokens.end());
+        } else if (flag == "--max-draft-tokens") {
+            options.auto_max_draft_tokens = detail::parse_count(flag, value(), 1);
+        } else if (flag == "--rule" || flag == "--rules") {
+            options.rules.clear();
+            for (const std::string_view item : detail::split_list(flag, value())) {
+                RuleChoice rule;
+                if (item == "tokenwise") rule = RuleChoice::tokenwise;
+                else if (item == "block") rule = RuleChoice::block;
+                else throw UsageError(std::string(flag) + ": '" + std::string(item) + "' is not a rule, expected tokenwise or block");
+                if (std::find(options.rules.begin(), options.rules.end(), rule) == options.rules.end()) options.rules.push_back(rule);
+            }
         } else if (flag == "--temperatures" || flag == "--temperature") {
             options.temperatures.clear();
             for (const std::string_view item : detail::split_list(flag, value())) {

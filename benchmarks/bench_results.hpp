@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_options.hpp"
 #include "cost_model.hpp"
 #include "specdec/decoding/decoding_options.hpp"
 
@@ -56,7 +57,9 @@ struct CostMeasurement {
 // pairs of an autoregressive and a speculative generation, summed.
 struct ConfigurationResult {
     double temperature = 0.0;
-    std::size_t draft_tokens = 0;
+    std::size_t draft_tokens = 0;  // k; with auto_length the most drafts per step
+    bool auto_length = false;      // AutoLength chose each step's length (<= draft_tokens)
+    RuleChoice rule = RuleChoice::tokenwise;
     std::size_t repetitions = 0;
 
     // Both decoders' statistics summed over the repetitions.
@@ -68,6 +71,9 @@ struct ConfigurationResult {
 
     double cost_ratio = 0.0;               // c
     double verification_cost_ratio = 1.0;  // v_k
+    // v_n for n = 0 .. draft_tokens (auto rows: the mixture over chosen lengths needs each).
+    std::vector<double> verification_cost_ratio_by_length;
+    double target_step_seconds = 0.0;      // one 1-token target forward (to express the model's step in seconds)
 
     // Temperature 0 only: did speculative decoding emit exactly the autoregressive tokens?
     std::optional<bool> greedy_match;
@@ -111,11 +117,60 @@ struct ConfigurationResult {
                                 : static_cast<double>(s.accepted_at_position[i]) / s.proposed_at_position[i]);
         return rates;
     }
+    [[nodiscard]] bool plotted_against_k() const { return !auto_length && rule == RuleChoice::tokenwise; }
+    [[nodiscard]] std::string label() const {
+        std::string text = auto_length ? "auto<=" + std::to_string(draft_tokens) : std::to_string(draft_tokens);
+        if (rule == RuleChoice::block) text += " block";
+        return text;
+    }
+    // Mean drafts per step (the chosen lengths; k for a fixed chain).
+    [[nodiscard]] double mean_draft_length() const {
+        const auto& counts = speculative.draft_length_counts;
+        double steps = 0.0, drafts = 0.0;
+        for (std::size_t n = 0; n < counts.size(); ++n) steps += counts[n], drafts += double(n) * counts[n];
+        return steps > 0.0 ? drafts / steps : static_cast<double>(draft_tokens);
+    }
+    // The cost model over the lengths actually drafted: sum_n f_n E(alpha, n) /
+    // sum_n f_n (n c + v_n), f_n = steps with n drafts (a fixed chain: f_k = 1;
+    // the last step of a run may be shorter).
     [[nodiscard]] double expected_tokens_per_pass() const {
-        return bench::expected_tokens_per_pass(alpha(), draft_tokens);
+        const auto& counts = speculative.draft_length_counts;
+        double steps = 0.0, tokens = 0.0;
+        for (std::size_t n = 0; n < counts.size(); ++n)
+            steps += counts[n], tokens += counts[n] * bench::expected_tokens_per_pass(alpha(), n);
+        return steps > 0.0 ? tokens / steps : bench::expected_tokens_per_pass(alpha(), draft_tokens);
+    }
+    [[nodiscard]] double predicted_step_cost() const {
+        const auto& counts = speculative.draft_length_counts;
+        double steps = 0.0, cost = 0.0;
+        for (std::size_t n = 0; n < counts.size(); ++n)
+            steps += counts[n], cost += counts[n] * (double(n) * cost_ratio + verification_ratio(n));
+        return steps > 0.0 ? cost / steps : double(draft_tokens) * cost_ratio + verification_cost_ratio;
     }
     [[nodiscard]] double predicted_speedup() const {
-        return bench::predicted_speedup(alpha(), draft_tokens, cost_ratio, verification_cost_ratio);
+        if (!auto_length) return bench::predicted_speedup(alpha(), draft_tokens, cost_ratio, verification_cost_ratio);
+        const double cost = predicted_step_cost();
+        return cost > 0.0 ? expected_tokens_per_pass() / cost : 0.0;
+    }
+    [[nodiscard]] double verification_ratio(std::size_t n) const {
+        if (n < verification_cost_ratio_by_length.size()) return verification_cost_ratio_by_length[n];
+        return n == draft_tokens ? verification_cost_ratio : 1.0;
+    }
+    // Seconds per step, measured: where the time goes beyond the model's k c + v_k.
+    struct StepTimes {
+        double draft = 0.0, target = 0.0, acceptance = 0.0, other = 0.0, predicted = 0.0;
+    };
+    [[nodiscard]] StepTimes step_times() const {
+        const GenerationStats& s = speculative;
+        StepTimes t;
+        const double steps = static_cast<double>(s.target_forward_passes);
+        if (steps <= 0.0) return t;
+        t.draft = s.draft_seconds / steps;
+        t.target = s.target_seconds / steps;
+        t.acceptance = s.acceptance_seconds / steps;
+        t.other = std::max(0.0, s.total_seconds - s.prefill_seconds - s.draft_seconds - s.target_seconds - s.acceptance_seconds) / steps;
+        t.predicted = predicted_step_cost() * target_step_seconds;
+        return t;
     }
     [[nodiscard]] double efficiency() const {
         const double predicted = predicted_speedup();

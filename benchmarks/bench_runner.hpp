@@ -11,6 +11,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "specdec/specdec.hpp"
@@ -22,6 +23,9 @@ namespace specdec::bench {
 
 struct RunSettings {
     std::vector<std::size_t> draft_tokens{1, 2, 3, 4, 6};
+    bool auto_length = false;               // one more row per temperature and rule: AutoLength
+    std::size_t auto_max_draft_tokens = 8;  // its cap
+    std::vector<RuleChoice> rules{RuleChoice::tokenwise};  // block runs at T > 0 only
     std::vector<double> temperatures{0.0, 1.0};
     std::size_t new_tokens = 64;
     std::size_t repetitions = 2;
@@ -34,6 +38,7 @@ struct ProgressStep {
     std::size_t configurations = 0;
     double temperature = 0.0;
     std::size_t draft_tokens = 0;
+    std::string label;           // "4", "auto<=8", "4 block"
     std::size_t repetition = 0;  // 1-based
     std::size_t repetitions = 0;
 };
@@ -55,6 +60,58 @@ inline void check_greedy_match(ConfigurationResult& result, const std::vector<To
 
 }  // namespace detail
 
+// One configuration the runner measures.
+struct Configuration {
+    double temperature = 0.0;
+    std::size_t draft_tokens = 0;
+    bool auto_length = false;
+    RuleChoice rule = RuleChoice::tokenwise;
+};
+
+// Every (temperature, rule, length) to run, in order; block only at T > 0.
+[[nodiscard]] inline std::vector<Configuration> configurations_of(const RunSettings& settings) {
+    std::vector<Configuration> list;
+    for (const double temperature : settings.temperatures) {
+        for (const RuleChoice rule : settings.rules) {
+            if (rule == RuleChoice::block && temperature == 0.0) continue;
+            for (const std::size_t k : settings.draft_tokens) list.push_back({temperature, k, false, rule});
+            if (settings.auto_length) list.push_back({temperature, settings.auto_max_draft_tokens, true, rule});
+        }
+    }
+    return list;
+}
+
+// A policy shared by the decoders of one configuration's repetitions, so
+// that AutoLength keeps what it learned from one request to the next (as in a
+// serving session) while each repetition gets a decoder with its own seed.
+template <class Policy>
+struct SharedPolicy {
+    Policy* policy;
+    DraftPlan plan(std::size_t cap, std::uint64_t position) { return policy->plan(cap, position); }
+    void observe(const StepOutcome& outcome) { policy->observe(outcome); }
+};
+
+// Calls f(make_decoder) where make_decoder(options) builds a speculative
+// decoder with this configuration's rule and (shared) length policy.
+template <class Draft, CausalLM Target, class F>
+void with_speculative_decoder(Draft& draft, Target& target, const Configuration& configuration, F&& f) {
+    auto run = [&](auto rule, auto policy) {
+        using Rule = decltype(rule);
+        using Policy = decltype(policy);
+        f([&](const DecodingOptions& options) {
+            return SpeculativeDecoder<Target, Draft, Rule, SharedPolicy<Policy>>(
+                specdec::target(target), specdec::draft(draft), options, rule, SharedPolicy<Policy>{&policy});
+        });
+    };
+    if (configuration.rule == RuleChoice::tokenwise) {
+        if (configuration.auto_length) run(TokenwiseRejection{}, AutoLength{});
+        else run(TokenwiseRejection{}, FixedLength{});
+    } else {
+        if (configuration.auto_length) run(BlockVerification{}, AutoLength{});
+        else run(BlockVerification{}, FixedLength{});
+    }
+}
+
 // Draft: a CausalLM draft model or a Drafter (e.g. PromptLookupDrafter).
 template <class Draft, CausalLM Target>
 [[nodiscard]] std::vector<ConfigurationResult> run_configurations(Draft& draft, Target& target,
@@ -63,39 +120,51 @@ template <class Draft, CausalLM Target>
                                                                   const CostMeasurement& costs,
                                                                   const ProgressCallback& progress = {}) {
     std::vector<ConfigurationResult> results;
-    const std::size_t total = settings.temperatures.size() * settings.draft_tokens.size();
+    const std::vector<Configuration> configurations = configurations_of(settings);
+    const std::size_t total = configurations.size();
     if (settings.warmup_tokens > 0 && total > 0) {
         // The first generations pay one-time costs (first touch of the KV
         // caches and scratch buffers, thread start-up): keep them out of the
         // first configuration's numbers.
-        const DecodingOptions warmup{.draft_tokens = settings.draft_tokens.front(),
-                                     .sampling = SamplingOptions{.temperature = settings.temperatures.front()},
+        const DecodingOptions warmup{.draft_tokens = configurations.front().draft_tokens,
+                                     .sampling = SamplingOptions{.temperature = configurations.front().temperature},
                                      .seed = settings.seed,
                                      .max_new_tokens = std::min(settings.warmup_tokens, settings.new_tokens)};
         (void)AutoregressiveDecoder<Target>(target, warmup).generate(prompt);
         (void)SpeculativeDecoder<Target, Draft>(specdec::target(target), specdec::draft(draft), warmup).generate(prompt);
     }
-    for (const double temperature : settings.temperatures) {
-        for (const std::size_t k : settings.draft_tokens) {
-            DecodingOptions options{
-                .draft_tokens = k,
-                .sampling = SamplingOptions{.temperature = temperature},
-                .seed = settings.seed,
-                .max_new_tokens = settings.new_tokens,
-            };
-            AutoregressiveDecoder<Target> autoregressive(target, options);
-            SpeculativeDecoder<Target, Draft> speculative(specdec::target(target), specdec::draft(draft), options);
-
-            ConfigurationResult result;
-            result.temperature = temperature;
-            result.draft_tokens = k;
-            result.repetitions = settings.repetitions;
-            result.cost_ratio = costs.cost_ratio();
-            result.verification_cost_ratio = costs.verification_cost_ratio(k);
+    for (const Configuration& configuration : configurations) {
+        const std::size_t k = configuration.draft_tokens;
+        const double temperature = configuration.temperature;
+        DecodingOptions options{
+            .draft_tokens = k,
+            .sampling = SamplingOptions{.temperature = temperature},
+            .seed = settings.seed,
+            .max_new_tokens = settings.new_tokens,
+        };
+        ConfigurationResult result;
+        result.temperature = temperature;
+        result.draft_tokens = k;
+        result.auto_length = configuration.auto_length;
+        result.rule = configuration.rule;
+        result.repetitions = settings.repetitions;
+        result.cost_ratio = costs.cost_ratio();
+        result.verification_cost_ratio = costs.verification_cost_ratio(k);
+        result.target_step_seconds = costs.target_step_seconds;
+        for (std::size_t n = 0; n <= k; ++n) result.verification_cost_ratio_by_length.push_back(costs.verification_cost_ratio(n));
+        with_speculative_decoder(draft, target, configuration, [&](auto make_speculative) {
             for (std::size_t repetition = 0; repetition < settings.repetitions; ++repetition) {
-                if (progress) progress(ProgressStep{results.size() + 1, total, temperature, k, repetition + 1, settings.repetitions});
-                // Both decoders share the target model, so each starts from an
-                // empty cache (reset): every repetition pays the same prefill.
+                if (progress)
+                    progress(ProgressStep{results.size() + 1, total, temperature, k, result.label(), repetition + 1,
+                                          settings.repetitions});
+                // Each repetition is another sample (its own seed) of the
+                // same pair of methods; both decoders of a pair share it.
+                // Both share the target model, so each starts from an empty
+                // cache (reset): every repetition pays the same prefill.
+                DecodingOptions repetition_options = options;
+                repetition_options.seed = settings.seed + repetition;
+                AutoregressiveDecoder<Target> autoregressive(target, repetition_options);
+                auto speculative = make_speculative(repetition_options);
                 autoregressive.reset();
                 const GenerationResult baseline = autoregressive.generate(prompt);
                 result.autoregressive += baseline.stats;
@@ -107,8 +176,8 @@ template <class Draft, CausalLM Target>
                     result.speedup_per_repetition.push_back(fast.stats.tokens_per_second() / baseline.stats.tokens_per_second());
                 if (temperature == 0.0) detail::check_greedy_match(result, baseline.tokens, fast.tokens);
             }
-            results.push_back(std::move(result));
-        }
+        });
+        results.push_back(std::move(result));
     }
     return results;
 }
@@ -138,7 +207,12 @@ template <class Draft, CausalLM Target>
     report.new_tokens = inputs.settings.new_tokens;
     report.repetitions = inputs.settings.repetitions;
     report.seed = inputs.settings.seed;
-    report.costs = measure_costs(draft, target, inputs.prompt, inputs.settings.draft_tokens, inputs.cost_settings);
+    std::vector<std::size_t> lengths = inputs.settings.draft_tokens;
+    if (inputs.settings.auto_length)  // the auto rows' model needs v_n for every length they may choose
+        for (std::size_t n = 1; n <= inputs.settings.auto_max_draft_tokens; ++n) lengths.push_back(n);
+    std::sort(lengths.begin(), lengths.end());
+    lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+    report.costs = measure_costs(draft, target, inputs.prompt, lengths, inputs.cost_settings);
     report.configurations = run_configurations(draft, target, inputs.prompt, inputs.settings, report.costs, progress);
     report.wall_seconds = std::chrono::duration<double>(detail::Clock::now() - start).count();
     return report;

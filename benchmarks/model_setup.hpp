@@ -90,7 +90,8 @@ namespace detail {
 
 // Room for the prompt, the generation and one full verification pass.
 [[nodiscard]] inline std::size_t context_needed(const BenchOptions& options, std::size_t prompt_tokens) {
-    const std::size_t longest_draft = options.draft_tokens.empty() ? 1 : options.draft_tokens.back();
+    std::size_t longest_draft = options.draft_tokens.empty() ? 1 : options.draft_tokens.back();
+    if (options.auto_length) longest_draft = std::max(longest_draft, options.auto_max_draft_tokens);
     return prompt_tokens + options.new_tokens + longest_draft + 2;
 }
 

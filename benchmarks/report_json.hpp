@@ -26,6 +26,8 @@ inline constexpr int kReportFormatVersion = 1;
 [[nodiscard]] inline nlohmann::ordered_json autoregressive_run_to_json(const ConfigurationResult& r) {
     return {{"method", "autoregressive"},
             {"draft_tokens", r.draft_tokens},  // the speculative run this baseline was interleaved with
+            {"draft_length", r.auto_length ? nlohmann::ordered_json("auto") : nlohmann::ordered_json(r.draft_tokens)},
+            {"rule", to_string(r.rule)},
             {"temperature", r.temperature},
             {"repetitions", r.repetitions},
             {"generated_tokens", r.autoregressive.generated_tokens},
@@ -45,8 +47,13 @@ inline constexpr int kReportFormatVersion = 1;
 }
 
 [[nodiscard]] inline nlohmann::ordered_json speculative_run_to_json(const ConfigurationResult& r) {
+    const ConfigurationResult::StepTimes times = r.step_times();
     nlohmann::ordered_json run = {{"method", "speculative"},
                           {"draft_tokens", r.draft_tokens},
+                          {"draft_length", r.auto_length ? nlohmann::ordered_json("auto") : nlohmann::ordered_json(r.draft_tokens)},
+                          {"rule", to_string(r.rule)},
+                          {"draft_length_counts", r.speculative.draft_length_counts},
+                          {"mean_draft_length", r.mean_draft_length()},
                           {"temperature", r.temperature},
                           {"repetitions", r.repetitions},
                           {"generated_tokens", r.speculative.generated_tokens},
@@ -72,7 +79,13 @@ inline constexpr int kReportFormatVersion = 1;
                           {"draft_forward_passes", r.speculative.draft_forward_passes},
                           {"draft_seconds", r.speculative.draft_seconds},
                           {"target_seconds", r.speculative.target_seconds},
-                          {"acceptance_seconds", r.speculative.acceptance_seconds}};
+                          {"acceptance_seconds", r.speculative.acceptance_seconds},
+                          {"step_seconds",
+                           {{"draft", times.draft},
+                            {"verify", times.target},
+                            {"acceptance", times.acceptance},
+                            {"other", times.other},
+                            {"model", times.predicted}}}};
     run["greedy_match"] = r.greedy_match ? nlohmann::ordered_json(*r.greedy_match) : nlohmann::ordered_json(nullptr);
     if (r.first_mismatch) run["first_mismatch"] = *r.first_mismatch;
     return run;

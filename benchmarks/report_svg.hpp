@@ -121,6 +121,7 @@ inline void draw_series(std::ostringstream& svg, const PlotArea& area, const Ser
     std::vector<std::size_t> draft_lengths;
     double top_speedup = 1.0;
     for (const ConfigurationResult& r : report.configurations) {
+        if (!r.plotted_against_k()) continue;  // auto and block rows have their own table rows
         if (!by_temperature.count(r.temperature)) temperatures.push_back(r.temperature);
         by_temperature[r.temperature].push_back(&r);
         if (std::find(draft_lengths.begin(), draft_lengths.end(), r.draft_tokens) == draft_lengths.end())

@@ -79,13 +79,13 @@ inline void print_roofline(std::ostream& out, const BenchReport& report) {
 
 inline void print_table(std::ostream& out, const BenchReport& report) {
     out << "\n";
-    out << "   T   k   AR tok/s  spec tok/s  speedup  (per rep.)   alpha  acc.rate  tok/pass     c     v_k  predicted  effic.  "
+    out << "   T  k              AR tok/s  spec tok/s  speedup  (per rep.)   alpha  acc.rate  tok/pass     c     v_k  predicted  effic.  "
            "greedy  per-position acceptance\n";
     for (const ConfigurationResult& r : report.configurations) {
         const std::string greedy = !r.greedy_match ? "-" : (*r.greedy_match ? "match" : "DIFFER");
         const std::string spread = detail::format("%.2f-%.2f", r.slowest_repetition_speedup(), r.fastest_repetition_speedup());
-        out << detail::format("%4.2g %3zu %10.1f %11.1f %7.2fx %11s %6.3f %9.3f %9.2f %5.3f %7.2f %9.2fx %7.2f  %-6s  ",
-                              r.temperature, r.draft_tokens, r.autoregressive_tokens_per_second(),
+        out << detail::format("%4.2g  %-13s %9.1f %11.1f %7.2fx %11s %6.3f %9.3f %9.2f %5.3f %7.2f %9.2fx %7.2f  %-6s  ",
+                              r.temperature, r.label().c_str(), r.autoregressive_tokens_per_second(),
                               r.speculative_tokens_per_second(), r.speedup(), spread.c_str(), r.alpha(), r.acceptance_rate(),
                               r.mean_tokens_per_target_pass(), r.cost_ratio, r.verification_cost_ratio,
                               r.predicted_speedup(), r.efficiency(), greedy.c_str())
@@ -96,13 +96,29 @@ inline void print_table(std::ostream& out, const BenchReport& report) {
     out << "alpha = accepted / tested drafts (per-token acceptance); acc.rate = accepted / proposed drafts; "
            "tok/pass = tokens per target pass\n";
     out << kPredictedSpeedupFormula << "; efficiency = measured / predicted\n";
+    out << "auto<=N: the decoder chose each step's length (at most N) by its online cost model; its c and v_k "
+           "columns are those of N, its prediction averages the model over the lengths it chose; "
+           "block: block verification (Sun et al. 2025)\n";
+
+    out << "\nwhere a step's time goes (ms per target pass): measured draft + verify + accept + other vs the "
+           "model's k*c + v_k (in ms); drafts per step\n";
+    out << "   T  k                draft  verify  accept   other   total   model  mean k  lengths (count of steps with n = 0, 1, ...)\n";
+    for (const ConfigurationResult& r : report.configurations) {
+        const ConfigurationResult::StepTimes t = r.step_times();
+        std::string lengths;
+        for (const std::size_t count : r.speculative.draft_length_counts) lengths += (lengths.empty() ? "" : " ") + std::to_string(count);
+        out << detail::format("%4.2g  %-13s %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f  ", r.temperature, r.label().c_str(),
+                              t.draft * 1e3, t.target * 1e3, t.acceptance * 1e3, t.other * 1e3,
+                              (t.draft + t.target + t.acceptance + t.other) * 1e3, t.predicted * 1e3, r.mean_draft_length())
+            << lengths << "\n";
+    }
 
     const ConfigurationResult* best = nullptr;
     for (const ConfigurationResult& r : report.configurations) {
         if (best == nullptr || r.speedup() > best->speedup()) best = &r;
     }
     if (best != nullptr) {
-        out << detail::format("best: T=%g k=%zu, %.2fx (%.1f -> %.1f tokens/s)", best->temperature, best->draft_tokens,
+        out << detail::format("best: T=%g k=%s, %.2fx (%.1f -> %.1f tokens/s)", best->temperature, best->label().c_str(),
                               best->speedup(), best->autoregressive_tokens_per_second(),
                               best->speculative_tokens_per_second())
             << "\n";
@@ -114,12 +130,26 @@ inline void print_table(std::ostream& out, const BenchReport& report) {
     for (const ConfigurationResult& r : report.configurations) {
         if (r.greedy_match && !*r.greedy_match) {
             out << detail::format(
-                       "!!! GREEDY MISMATCH at T=0 k=%zu: speculative tokens differ from autoregressive ones from "
+                       "!!! GREEDY MISMATCH at T=0 k=%s: speculative tokens differ from autoregressive ones from "
                        "token %zu on. Greedy speculative decoding must reproduce the target exactly; if the target's "
                        "batched and single-token forwards round differently, near-ties can flip. !!!",
-                       r.draft_tokens, r.first_mismatch.value_or(0))
+                       r.label().c_str(), r.first_mismatch.value_or(0))
                 << "\n";
         }
+    }
+    // Per temperature: the best fixed k against the auto row (which needs no sweep).
+    for (const ConfigurationResult& a : report.configurations) {
+        if (!a.auto_length) continue;
+        const ConfigurationResult* best_fixed = nullptr;
+        for (const ConfigurationResult& r : report.configurations)
+            if (!r.auto_length && r.rule == a.rule && r.temperature == a.temperature &&
+                (best_fixed == nullptr || r.speedup() > best_fixed->speedup()))
+                best_fixed = &r;
+        if (best_fixed != nullptr)
+            out << detail::format("auto at T=%g (%s): %.2fx, %.0f%% of the best fixed k (k=%zu, %.2fx)", a.temperature,
+                                  std::string(to_string(a.rule)).c_str(), a.speedup(),
+                                  100.0 * a.speedup() / best_fixed->speedup(), best_fixed->draft_tokens, best_fixed->speedup())
+                << "\n";
     }
     bool any_greedy = false;
     for (const ConfigurationResult& r : report.configurations) any_greedy = any_greedy || r.greedy_match.has_value();

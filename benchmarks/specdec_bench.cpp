@@ -37,8 +37,8 @@ public:
 
     void operator()(const ProgressStep& step) const {
         if (!enabled_) return;
-        std::fprintf(stderr, "%s[%zu/%zu] T=%g k=%zu rep %zu/%zu%s", terminal_ ? "\r" : "", step.configuration,
-                     step.configurations, step.temperature, step.draft_tokens, step.repetition, step.repetitions,
+        std::fprintf(stderr, "%s[%zu/%zu] T=%g k=%s rep %zu/%zu%s", terminal_ ? "\r" : "", step.configuration,
+                     step.configurations, step.temperature, step.label.c_str(), step.repetition, step.repetitions,
                      terminal_ ? "   " : "\n");
         std::fflush(stderr);
     }
@@ -64,7 +64,7 @@ int benchmark_and_report(Draft& draft, Target& target, BenchInputs inputs, const
     const ProgressPrinter printer(!options.quiet);
     if (!options.quiet)
         std::fprintf(stderr, "measuring forward costs, then %zu configurations x %zu repetitions...\n",
-                     inputs.settings.temperatures.size() * inputs.settings.draft_tokens.size(), inputs.settings.repetitions);
+                     configurations_of(inputs.settings).size(), inputs.settings.repetitions);
     const BenchReport report = run_benchmark(draft, target, inputs, [&](const ProgressStep& step) { printer(step); });
     printer.finish();
 
@@ -103,6 +103,9 @@ int run(const BenchOptions& options) {
     inputs.prompt = setup.prompt;
     inputs.prompt_text = setup.prompt_text;
     inputs.settings = RunSettings{.draft_tokens = options.draft_tokens,
+                                  .auto_length = options.auto_length,
+                                  .auto_max_draft_tokens = options.auto_max_draft_tokens,
+                                  .rules = options.rules,
                                   .temperatures = options.temperatures,
                                   .new_tokens = options.new_tokens,
                                   .repetitions = options.repetitions,
