@@ -179,10 +179,21 @@ inline void block_weights(const DraftProposal& draft, const DistributionRows& p,
     }
     for (std::size_t i = 0; i + 1 < k; ++i) {
         const std::span<const float> next = p.row(i + 1);
+        const double wi = w[i];
         double z = 0.0;
-        for (std::size_t x = 0; x < next.size(); ++x) {
-            const double value = w[i] * next[x] - draft.q_of(i + 1, static_cast<Token>(x));
-            z += value > 0.0 ? value : 0.0;
+        if (draft.point_mass()) {
+            // q = delta(x_{i+1}): every token but the drafted one contributes w p(x).
+            const std::size_t drafted = static_cast<std::size_t>(draft.tokens[i + 1]);
+            for (std::size_t x = 0; x < next.size(); ++x) {
+                const double value = wi * next[x] - (x == drafted ? 1.0 : 0.0);
+                z += value > 0.0 ? value : 0.0;
+            }
+        } else {
+            const float* q = draft.q(i + 1).data();
+            for (std::size_t x = 0; x < next.size(); ++x) {
+                const double value = wi * next[x] - static_cast<double>(q[x]);
+                z += value > 0.0 ? value : 0.0;
+            }
         }
         const double denominator = z + 1.0 - w[i];
         h[i] = denominator > 0.0 ? z / denominator : 1.0;
