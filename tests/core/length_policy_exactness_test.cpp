@@ -14,6 +14,7 @@
 
 #include "specdec/specdec.hpp"
 #include "support/catch.hpp"
+#include "support/exactness_harness.hpp"
 #include "support/statistics.hpp"
 #include "support/toy_models.hpp"
 
@@ -25,8 +26,8 @@ using specdec::test::ToyLMOptions;
 
 namespace {
 
-constexpr double kExactSignificance = 1e-3;
-constexpr double kControlSignificance = 1e-6;
+using specdec::test::kControlSignificance;
+using specdec::test::kExactSignificance;
 constexpr std::size_t kVocab = 3;
 constexpr std::size_t kLength = 5;
 constexpr std::size_t kCells = kVocab * kVocab * kVocab * kVocab * kVocab;
@@ -58,26 +59,38 @@ std::vector<double> exact_sequence_distribution(const SamplingOptions& sampling,
 
 struct SequenceResult {
     specdec::test::ChiSquareResult sequences, first_token;
+    bool deepest_reached = false;  // the last draft position was drafted at least once
+    std::string cells;             // the harness's description (cells, reached/accepted per position)
 };
 
-// Draws `samples` 3-token generations, one decoder per seed.
+// Draws `samples` 5-token generations, one decoder per seed: the whole
+// sequences through the exactness harness (cells merged along the prefix
+// tree, compared with its independent reference of the processed target),
+// the first tokens with the library's exact distribution.
 template <class MakeDecoder>
 SequenceResult sequence_test(const SamplingOptions& sampling, std::size_t samples, MakeDecoder make_decoder,
-                             const ToyLM& reference = ToyLM(target_options())) {
-    std::vector<std::size_t> counts(kCells, 0), first(kVocab, 0);
-    for (std::size_t s = 0; s < samples; ++s) {
-        auto decoder = make_decoder(DecodingOptions{.sampling = sampling, .seed = 7000 + s, .max_new_tokens = kLength});
+                             const ToyLM& reference = ToyLM(target_options()), std::size_t draft_tokens = 4) {
+    std::vector<std::size_t> first(kVocab, 0);
+    const specdec::test::ExactnessSetup setup{.name = "sequences",
+                                              .prompt = kPrompt,
+                                              .vocab = kVocab,
+                                              .length = kLength,
+                                              .draft_tokens = draft_tokens,
+                                              .samples = samples,
+                                              .first_seed = 7000,
+                                              .target = specdec::test::reference_conditional(reference, sampling)};
+    const specdec::test::ExactnessReport report = specdec::test::run_exactness(setup, [&](std::uint64_t seed) {
+        auto decoder = make_decoder(DecodingOptions{.sampling = sampling, .seed = seed, .max_new_tokens = kLength});
         const auto result = decoder->generate(kPrompt);
         REQUIRE(result.tokens.size() == kLength);
-        std::size_t cell = 0, scale = 1;
-        for (std::size_t i = 0; i < kLength; ++i, scale *= kVocab) cell += static_cast<std::size_t>(result.tokens[i]) * scale;
-        ++counts[cell];
         ++first[static_cast<std::size_t>(result.tokens[0])];
-    }
+        return specdec::test::sampled_run(result);
+    });
     const std::vector<double> expected = exact_sequence_distribution(sampling, reference);
     std::vector<double> expected_first(kVocab, 0.0);
     for (std::size_t cell = 0; cell < kCells; ++cell) expected_first[cell % kVocab] += expected[cell];
-    return {specdec::test::chi_square_test(counts, expected), specdec::test::chi_square_test(first, expected_first)};
+    return {report.chi_square, specdec::test::chi_square_test(first, expected_first), report.deepest_reached(draft_tokens),
+            report.describe()};
 }
 
 std::string describe(const SamplingOptions& s) {
@@ -104,17 +117,22 @@ struct SharedAutoLength {
 template <class Rule, class Policy>
 SequenceResult decoder_test(const SamplingOptions& sampling, std::size_t k, Policy policy) {
     ToyLM target(target_options()), draft(draft_options());
-    return sequence_test(sampling, kSamples, [&](DecodingOptions options) {
+    return sequence_test(
+        sampling, kSamples,
+        [&](DecodingOptions options) {
         options.draft_tokens = k;
         return std::make_unique<specdec::SpeculativeDecoder<ToyLM, ToyLM, Rule, Policy>>(
             specdec::target(target), specdec::draft(draft), options, Rule{}, policy);
-    });
+        },
+        target, k);
 }
 
 void check_exact(const SequenceResult& result, const std::string& what) {
     INFO(what << ": sequences chi2 " << result.sequences.statistic << " df " << result.sequences.degrees_of_freedom
               << " p " << result.sequences.p_value << "; first token chi2 " << result.first_token.statistic << " df "
               << result.first_token.degrees_of_freedom << " p " << result.first_token.p_value);
+    INFO(result.cells);
+    CHECK(result.deepest_reached);
     CHECK(result.sequences.p_value >= kExactSignificance);
     CHECK(result.first_token.p_value >= kExactSignificance);
 }
