@@ -59,10 +59,10 @@ public:
             Token token;
             if (keep_q) {
                 std::span<float> q{proposal.probabilities.data() + i * vocab, vocab};
-                logits_to_distribution(logits.last_row(), request.sampling, q, "draft model");
+                logits_to_distribution(logits.last_row(), request.sampling, q, "draft model", first_position + i);
                 token = sample_from_distribution(q, request.rng.uniform(first_position + i, RandomPurpose::draft_sample));
             } else {
-                token = greedy_token(logits.last_row(), "draft model");
+                token = greedy_token(logits.last_row(), "draft model", first_position + i);
             }
             proposal.tokens.push_back(token);
             if (i + 1 < k) {

@@ -4,6 +4,7 @@
 // are the only place where the exactness of speculative decoding is decided.
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <sstream>
 
@@ -51,6 +52,21 @@ inline void check_rows(const DraftProposal& draft, std::size_t target_rows, std:
     check_draft_tokens(draft, vocab);
 }
 
+// Every value a probability: finite and non-negative (NaN fails both tests).
+inline void check_probabilities(std::span<const float> values, const char* what, std::size_t row_length) {
+    bool valid = true;
+    for (const float v : values) valid &= v >= 0.0f && v <= std::numeric_limits<float>::max();
+    if (valid) return;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+        if (!(values[i] >= 0.0f && values[i] <= std::numeric_limits<float>::max())) {
+            std::ostringstream message;
+            message << what << " row " << i / row_length << " holds " << values[i] << " at token " << i % row_length
+                    << ": expected finite, non-negative probabilities";
+            throw Error(message.str());
+        }
+    }
+}
+
 // y ~ norm(max(p - q, 0)), drawn by inverse CDF without normalising (so no
 // division by a tiny mass). If rounding leaves no residual mass at all (p == q
 // up to float error, where a rejection has probability ~1e-7), fall back to p.
@@ -92,6 +108,8 @@ inline Token sample_residual(std::span<const float> p, const DraftProposal& draf
 [[nodiscard]] inline AcceptanceResult accept_rejection_sampling(const DraftProposal& draft, DistributionRows p,
                                                                 const CounterRng& rng, std::uint64_t first_position) {
     detail::check_rows(draft, p.rows, p.vocab);
+    detail::check_probabilities({p.data, p.rows * p.vocab}, "target distribution", p.vocab);
+    detail::check_probabilities(draft.probabilities, "draft distribution", draft.vocab);
     const std::size_t k = draft.size();
     for (std::size_t i = 0; i < k; ++i) {
         const Token x = draft.tokens[i];

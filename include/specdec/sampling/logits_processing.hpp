@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <sstream>
 #include <string_view>
@@ -21,40 +23,50 @@ namespace specdec {
 
 namespace detail {
 
-[[noreturn]] inline void throw_bad_logit(std::string_view who, std::span<const float> logits) {
+// "<who> logits" or "<who> logits at position <n>": which model's row, and the
+// sequence position of the token that row predicts, when the caller knows it.
+inline void describe_row(std::ostringstream& message, std::string_view who, std::optional<std::uint64_t> position) {
+    message << who << " logits";
+    if (position) message << " at position " << *position;
+}
+
+[[noreturn]] inline void throw_bad_logit(std::string_view who, std::span<const float> logits,
+                                         std::optional<std::uint64_t> position) {
+    std::ostringstream message;
+    describe_row(message, who, position);
     for (std::size_t i = 0; i < logits.size(); ++i) {
         const float value = logits[i];
         if (std::isnan(value) || value == std::numeric_limits<float>::infinity()) {
-            std::ostringstream message;
-            message << who << " logits contain " << (std::isnan(value) ? "NaN" : "+inf") << " at token " << i
+            message << " contain " << (std::isnan(value) ? "NaN" : "+inf") << " at token " << i
                     << ": expected finite values (or -inf for masked tokens)";
             throw Error(message.str());
         }
     }
-    std::ostringstream message;
-    message << who << " logits are -inf for every one of the " << logits.size()
-            << " tokens: no token can be sampled";
+    message << " are -inf for every one of the " << logits.size() << " tokens: no token can be sampled";
     throw Error(message.str());
 }
 
 // The largest logit, after checking the row: NaN and +inf are errors, -inf
 // (a masked token) is allowed unless every token is masked.
-inline float checked_max_logit(std::span<const float> logits, std::string_view who) {
+inline float checked_max_logit(std::span<const float> logits, std::string_view who,
+                               std::optional<std::uint64_t> position = std::nullopt) {
     float max_value = -std::numeric_limits<float>::infinity();
     bool bad = false;
     for (const float value : logits) {
         bad |= (value != value) | (value == std::numeric_limits<float>::infinity());
         max_value = value > max_value ? value : max_value;
     }
-    if (bad || max_value == -std::numeric_limits<float>::infinity()) throw_bad_logit(who, logits);
+    if (bad || max_value == -std::numeric_limits<float>::infinity()) throw_bad_logit(who, logits, position);
     return max_value;
 }
 
 }  // namespace detail
 
-// Argmax with ties going to the lowest token id; NaN/+inf logits are an error.
-[[nodiscard]] inline Token greedy_token(std::span<const float> logits, std::string_view who = "model") {
-    const float max_value = detail::checked_max_logit(logits, who);
+// Argmax with ties going to the lowest token id; NaN/+inf logits are an error
+// whose message names `who` and, when given, the position the row predicts.
+[[nodiscard]] inline Token greedy_token(std::span<const float> logits, std::string_view who = "model",
+                                        std::optional<std::uint64_t> position = std::nullopt) {
+    const float max_value = detail::checked_max_logit(logits, who, position);
     for (std::size_t i = 0; i < logits.size(); ++i)
         if (logits[i] == max_value) return static_cast<Token>(i);
     return 0;  // unreachable: max_value is one of the logits
@@ -64,16 +76,17 @@ inline float checked_max_logit(std::span<const float> logits, std::string_view w
 // size): softmax(logits / temperature), then top-k, top-p and min-p filtering,
 // renormalised. Greedy options produce a point mass on the argmax.
 inline void logits_to_distribution(std::span<const float> logits, const SamplingOptions& options,
-                                   std::span<float> probabilities, std::string_view who = "model") {
+                                   std::span<float> probabilities, std::string_view who = "model",
+                                   std::optional<std::uint64_t> position = std::nullopt) {
     const std::size_t vocab = logits.size();
     if (probabilities.size() != vocab) throw Error("logits_to_distribution: output size differs from the vocabulary");
     if (options.greedy()) {
-        const Token best = greedy_token(logits, who);
+        const Token best = greedy_token(logits, who, position);
         std::fill(probabilities.begin(), probabilities.end(), 0.0f);
         probabilities[static_cast<std::size_t>(best)] = 1.0f;
         return;
     }
-    const float max_logit = detail::checked_max_logit(logits, who);
+    const float max_logit = detail::checked_max_logit(logits, who, position);
     const float inverse_temperature = static_cast<float>(1.0 / options.temperature);
     float total = 0.0f;
     for (std::size_t i = 0; i < vocab; ++i) {
@@ -141,9 +154,31 @@ inline void logits_to_distribution(std::span<const float> logits, const Sampling
 
 // Inverse-CDF draw with a uniform u in [0, 1). Never returns a token of
 // probability 0, even when rounding leaves u beyond the accumulated mass.
+// A NaN, an infinite or a negative probability is an error, as is u outside [0, 1).
 [[nodiscard]] inline Token sample_from_distribution(std::span<const float> probabilities, double u) {
     double total = 0.0;
-    for (const float p : probabilities) total += p;
+    bool valid = true;
+    for (const float p : probabilities) {
+        total += p;
+        valid &= p >= 0.0f && p <= std::numeric_limits<float>::max();  // false for NaN
+    }
+    if (!valid || !(total <= std::numeric_limits<double>::max())) {
+        for (std::size_t i = 0; i < probabilities.size(); ++i) {
+            const float p = probabilities[i];
+            if (!(p >= 0.0f && p <= std::numeric_limits<float>::max())) {
+                std::ostringstream message;
+                message << "cannot sample: probability " << p << " of token " << i
+                        << ": expected finite, non-negative values";
+                throw Error(message.str());
+            }
+        }
+        throw Error("cannot sample: the probabilities sum to infinity; expected a finite total");
+    }
+    if (!(u >= 0.0 && u < 1.0)) {
+        std::ostringstream message;
+        message << "cannot sample with the uniform draw u = " << u << ": expected a value in [0, 1)";
+        throw Error(message.str());
+    }
     const double threshold = u * total;
     double cumulative = 0.0;
     std::size_t last_positive = probabilities.size();
