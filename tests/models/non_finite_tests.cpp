@@ -108,7 +108,7 @@ TEST_CASE("a quantised model whose activations turn NaN or inf computes NaN logi
             LlamaModel target = specdec::make_synthetic_target({.size = "tiny", .threads = 1});
             for (const double temperature : {0.0, 1.0}) {
                 const specdec::DecodingOptions options{.draft_tokens = 3, .sampling = {.temperature = temperature}, .max_new_tokens = 8};
-                specdec::SpeculativeDecoder as_draft(bad, target, options);
+                specdec::SpeculativeDecoder as_draft(specdec::target(target), specdec::draft(bad), options);
                 CHECK_THROWS_WITH(as_draft.generate(prompt), Catch::Contains("draft model logits at position 3 contain NaN"));
                 specdec::AutoregressiveDecoder as_target(bad, options);
                 CHECK_THROWS_WITH(as_target.generate(prompt), Catch::Contains("target model logits at position 3 contain NaN"));
