@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds everything (the CUDA backend too when nvcc is
-# found; its tests skip without a GPU) and runs the whole test suite, then the
-# GGUF reader's tests and fuzzing again under AddressSanitizer + UBSan.
+# found; without a GPU CTest reports its tests as skipped) and runs the whole
+# test suite; then the whole suite again under AddressSanitizer + UBSan
+# (build-asan/), the thread pool and the model tests under ThreadSanitizer
+# (build-tsan/), and a few seconds of each fuzz target when clang is present
+# (scripts/fuzz.sh, build-fuzz/). SPECDEC_SANITIZERS=0 skips the sanitizer and
+# fuzz passes (a quick local run). The soak test (100k generated tokens) runs
+# after the suite; on its own: ./build/tests/specdec_model_tests "[soak]"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="${SPECDEC_JOBS:-2}"
@@ -11,8 +16,25 @@ source scripts/cuda-arch.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}"
 cmake --build build -j"$jobs"
 ctest --test-dir build --no-tests=error --output-on-failure -j"$jobs"
+# The soak (100k tokens; hidden from CTest's list because it runs for half a minute).
+./build/tests/specdec_model_tests "[soak]"
 
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPECDEC_SANITIZE=ON -DSPECDEC_CUDA=OFF \
-  -DSPECDEC_BUILD_BENCHMARKS=OFF -DSPECDEC_BUILD_EXAMPLES=OFF
-cmake --build build-asan --target specdec_format_tests -j"$jobs"
-ctest --test-dir build-asan -R '^formats:' --no-tests=error --output-on-failure -j"$jobs"
+[ "${SPECDEC_SANITIZERS:-1}" = 0 ] && exit 0
+
+# The sanitizer builds leave CUDA, benchmarks and examples out: they check the
+# host code, and the consumer projects only test packaging.
+sanitizer_args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPECDEC_CUDA=OFF -DSPECDEC_BUILD_BENCHMARKS=OFF
+  -DSPECDEC_BUILD_EXAMPLES=OFF)
+cmake -S . -B build-asan "${sanitizer_args[@]}" -DSPECDEC_SANITIZE=address
+cmake --build build-asan -j"$jobs"
+ctest --test-dir build-asan --no-tests=error --output-on-failure -j"$jobs"
+
+cmake -S . -B build-tsan "${sanitizer_args[@]}" -DSPECDEC_SANITIZE=thread
+cmake --build build-tsan --target specdec_model_tests -j"$jobs"
+ctest --test-dir build-tsan -R '^models:' --no-tests=error --output-on-failure -j"$jobs"
+
+if command -v clang++ >/dev/null; then
+  ./scripts/fuzz.sh "${SPECDEC_FUZZ_SECONDS:-5}"
+else
+  echo "test.sh: clang++ not found, the fuzz smoke run is skipped"
+fi

@@ -10,16 +10,24 @@
 #include "specdec/core/types.hpp"
 #include "support/catch.hpp"
 
-// Every CUDA test starts with this: without a device it records one line and returns.
+// Every CUDA test starts with this: without a device it records one line,
+// counts the test as skipped and returns. The binary's main (main.cpp here)
+// then exits with kSkippedExitCode, which CTest reports as "Skipped".
 #define SPECDEC_REQUIRE_CUDA_DEVICE()                                                 \
     do {                                                                              \
         if (!::specdec::cuda::available()) {                                          \
             WARN("skipped: " << ::specdec::cuda::device_description());               \
+            ++::specdec::test::skipped_without_device;                                \
             return;                                                                   \
         }                                                                             \
     } while (0)
 
 namespace specdec::test {
+
+// The exit code of a run in which tests were skipped for lack of a device
+// (SKIP_RETURN_CODE of these tests in tests/cuda/CMakeLists.txt).
+inline constexpr int kSkippedExitCode = 77;
+inline int skipped_without_device = 0;
 
 inline float max_abs_difference(const LogitsView& a, std::size_t row_a, const LogitsView& b, std::size_t row_b) {
     const std::span<const float> x = a.row(row_a), y = b.row(row_b);

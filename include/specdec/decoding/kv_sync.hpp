@@ -62,6 +62,14 @@ public:
                     << " tokens: expected one row per token";
             throw Error(message.str());
         }
+        if (logits.rows > 0 && (logits.vocab != model_->vocab_size() || (logits.rows > 1 && logits.row_stride < logits.vocab) ||
+                                logits.data == nullptr)) {
+            std::ostringstream message;
+            message << "model forward returned logits rows of " << logits.vocab << " values (row stride "
+                    << logits.row_stride << (logits.data == nullptr ? ", no data" : "")
+                    << "): expected vocab_size() = " << model_->vocab_size() << " values per row";
+            throw Error(message.str());
+        }
         return logits;
     }
 

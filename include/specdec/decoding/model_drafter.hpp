@@ -59,16 +59,16 @@ public:
             Token token;
             if (keep_q) {
                 std::span<float> q{proposal.probabilities.data() + i * vocab, vocab};
-                logits_to_distribution(logits.last_row(), request.sampling, q, "draft model");
+                logits_to_distribution(logits.last_row(), request.sampling, q, "draft model", step_key + i);
                 if (request.stop && request.stop(DraftCandidate{i, detail::row_max(q).max})) break;
                 token = sample_from_distribution(
                     q, request.rng.uniform(step_key, RandomPurpose::draft_sample, static_cast<std::uint32_t>(i)));
             } else {
                 if (request.stop) {
-                    const float top = detail::softmax_normaliser(logits.last_row(), 1.0, "draft model").scale;
+                    const float top = detail::softmax_normaliser(logits.last_row(), 1.0, "draft model", nullptr, step_key + i).scale;
                     if (request.stop(DraftCandidate{i, top})) break;
                 }
-                token = greedy_token(logits.last_row(), "draft model");
+                token = greedy_token(logits.last_row(), "draft model", step_key + i);
             }
             proposal.tokens.push_back(token);
             if (i + 1 < k) {

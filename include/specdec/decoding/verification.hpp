@@ -59,10 +59,11 @@ AcceptanceResult verify_on_host(const LogitsView& logits, const DraftProposal& d
     const std::size_t first_row = logits.rows - (k + 1);
     if (sampling.greedy()) {
         std::vector<Token> argmax(k + 1);
-        for (std::size_t i = 0; i <= k; ++i) argmax[i] = greedy_token(logits.row(first_row + i), "target model");
+        for (std::size_t i = 0; i <= k; ++i)
+            argmax[i] = greedy_token(logits.row(first_row + i), "target model", first_position + i);
         return accept_greedy(draft.tokens, argmax);
     }
-    rows.reset(logits, first_row, k + 1, sampling, "target model");
+    rows.reset(logits, first_row, k + 1, sampling, "target model", first_position);
     return rule(draft, DistributionRows{nullptr, k + 1, logits.vocab, &rows}, rng, first_position);
 }
 
@@ -79,9 +80,9 @@ AcceptanceResult verify_on_host(const LogitsView& logits, const DraftProposal& d
 // One token from the last row, as plain autoregressive sampling does it.
 inline Token sample_next_on_host(std::span<const float> logits_row, const SamplingOptions& sampling,
                                  const CounterRng& rng, std::uint64_t position, std::vector<float>& scratch) {
-    if (sampling.greedy()) return greedy_token(logits_row, "target model");
+    if (sampling.greedy()) return greedy_token(logits_row, "target model", position);
     scratch.resize(logits_row.size());
-    logits_to_distribution(logits_row, sampling, scratch, "target model");
+    logits_to_distribution(logits_row, sampling, scratch, "target model", position);
     return sample_from_distribution(scratch, rng.uniform(position, RandomPurpose::target_sample));
 }
 

@@ -7,7 +7,10 @@
 // so that attention streams one head's cached positions contiguously (the
 // position-major alternative reads a 256-byte piece every kv_dim floats).
 #include <cstddef>
+#include <initializer_list>
+#include <limits>
 #include <memory>
+#include <new>
 #include <string>
 
 #include "specdec/core/error.hpp"
@@ -20,7 +23,7 @@ public:
     KvCache(std::size_t layers, std::size_t capacity, std::size_t kv_heads, std::size_t head_dim)
         : layers_(layers), capacity_(capacity), kv_heads_(kv_heads), head_dim_(head_dim),
           // Not zero-filled: pages are only touched as positions are written.
-          data_(new float[layers * 2 * kv_heads * capacity * head_dim]) {}
+          data_(allocate(layers, capacity, kv_heads, head_dim)) {}
 
     [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
     [[nodiscard]] std::size_t size() const noexcept { return size_; }
@@ -42,6 +45,30 @@ public:
     }
 
 private:
+    // The floats of layers x 2 x kv_heads x capacity x head_dim, checked: a
+    // context length from a hostile file must not wrap the size around (and
+    // then be written past the end) or end the process with std::bad_alloc.
+    static float* allocate(std::size_t layers, std::size_t capacity, std::size_t kv_heads, std::size_t head_dim) {
+        std::size_t floats = 1;
+        bool overflow = false;
+        for (const std::size_t factor : {layers, std::size_t{2}, kv_heads, capacity, head_dim}) {
+            overflow |= factor != 0 && floats > std::numeric_limits<std::size_t>::max() / sizeof(float) / factor;
+            floats *= factor;
+        }
+        auto fail = [&](const char* problem) {
+            throw Error("KV cache of " + std::to_string(capacity) + " positions x " + std::to_string(layers) + " layers x " +
+                        std::to_string(kv_heads) + " kv heads x " + std::to_string(head_dim) + " values: " + problem +
+                        "; expected a context that fits in memory (LlamaOptions::max_context caps it)");
+        };
+        if (overflow) fail("the size overflows");
+        try {
+            return new float[floats];
+        } catch (const std::bad_alloc&) {
+            fail("cannot allocate it");
+        }
+        return nullptr;  // unreachable
+    }
+
     std::size_t layers_ = 0, capacity_ = 0, kv_heads_ = 0, head_dim_ = 0, size_ = 0;
     std::unique_ptr<float[]> data_;
 };

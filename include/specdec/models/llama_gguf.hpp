@@ -225,6 +225,12 @@ inline LlamaWeights llama_weights_from_gguf(std::shared_ptr<const gguf::File> fi
         return detail::gguf_vector(f, *tensor, size);
     };
     w.token_embedding = matrix("token_embd.weight", c.vocab_size, dim);
+    // Every layer has its own tensors: a block count beyond the tensor count is
+    // a corrupt file, found before allocating that many layers.
+    if (c.layer_count > f.tensors().size()) {
+        detail::gguf_model_error(f, "llama.block_count = " + std::to_string(c.layer_count) + " but the file holds only " +
+                                        std::to_string(f.tensors().size()) + " tensors; expected several per layer");
+    }
     w.layers.resize(c.layer_count);
     for (std::size_t i = 0; i < c.layer_count; ++i) {
         const std::string p = "blk." + std::to_string(i) + ".";

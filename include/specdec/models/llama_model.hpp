@@ -34,6 +34,7 @@ struct LlamaOptions {
     std::size_t max_context = 0;   // caps the KV cache (and so context_length()); 0 = the model's context length
     std::shared_ptr<cpu::ThreadPool> thread_pool;  // share one pool between a target and its draft; overrides `threads`
     std::string name;              // shown by name(); empty = a description of the shape
+    bool check_tensors = false;    // read every weight at load time; a NaN or inf is an Error naming the tensor
 };
 
 class LlamaModel {
@@ -49,6 +50,7 @@ public:
         if (name_.empty()) {
             name_ = "llama-" + std::to_string(c.layer_count) + "x" + std::to_string(c.embedding_dim);
         }
+        if (options.check_tensors) weights_.check_finite(name_);
     }
 
     // Loads a GGUF file of architecture "llama"; its matrices are used in place

@@ -2,7 +2,9 @@
 // The tensors of a Llama model as views in their storage types, plus the
 // owners that keep those bytes alive (a memory-mapped GGUF file, or buffers of
 // generated weights). Norm vectors are small and kept as float.
+#include <cmath>
 #include <cstddef>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -87,6 +89,47 @@ struct LlamaWeights {
             check_matrix(l.ffn_up, ffn, dim, p + "ffn_up");
             check_matrix(l.ffn_down, dim, ffn, p + "ffn_down");
         }
+    }
+
+    // Throws specdec::Error naming the first tensor, row and column that holds a
+    // NaN or an infinity (like llama.cpp's --check-tensors). Reads every weight
+    // once: a model whose file is corrupt fails here instead of decoding NaN logits.
+    void check_finite(const std::string& model_name) const {
+        auto fail = [&](const std::string& tensor, std::size_t row, std::size_t column, float value) {
+            throw Error(model_name + ": tensor " + tensor + " holds " + std::to_string(value) + " at row " +
+                        std::to_string(row) + ", column " + std::to_string(column) + ": expected finite weights");
+        };
+        auto check_values = [&](const float* values, std::size_t count, const std::string& tensor, std::size_t row) {
+            bool finite = true;
+            for (std::size_t i = 0; i < count; ++i) finite &= std::fabs(values[i]) <= std::numeric_limits<float>::max();
+            if (finite) return;
+            for (std::size_t i = 0; i < count; ++i)
+                if (!(std::fabs(values[i]) <= std::numeric_limits<float>::max())) fail(tensor, row, i, values[i]);
+        };
+        std::vector<float> row;
+        auto check_matrix = [&](const WeightMatrix& w, const std::string& tensor) {
+            row.resize(w.cols);
+            for (std::size_t r = 0; r < w.rows; ++r) {
+                cpu::dequantize_row(w, r, row.data());
+                check_values(row.data(), w.cols, tensor, r);
+            }
+        };
+        check_matrix(token_embedding, "token_embd");
+        for (std::size_t i = 0; i < layers.size(); ++i) {
+            const auto& l = layers[i];
+            const std::string p = "blk." + std::to_string(i) + ".";
+            check_values(l.attention_norm.data(), l.attention_norm.size(), p + "attn_norm", 0);
+            check_matrix(l.query, p + "attn_q");
+            check_matrix(l.key, p + "attn_k");
+            check_matrix(l.value, p + "attn_v");
+            check_matrix(l.attention_output, p + "attn_output");
+            check_values(l.ffn_norm.data(), l.ffn_norm.size(), p + "ffn_norm", 0);
+            check_matrix(l.ffn_gate, p + "ffn_gate");
+            check_matrix(l.ffn_up, p + "ffn_up");
+            check_matrix(l.ffn_down, p + "ffn_down");
+        }
+        check_values(output_norm.data(), output_norm.size(), "output_norm", 0);
+        if (!tied_output()) check_matrix(output, "output");
     }
 
     template <class Fn>

@@ -4,8 +4,10 @@
 // are the only place where the exactness of speculative decoding is decided.
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <algorithm>
+#include <optional>
 #include <sstream>
 #include <string_view>
 #include <vector>
@@ -28,10 +30,12 @@ namespace detail {
 // rule sees one distribution whichever way it reads it.
 class LazyDistributions {
 public:
-    // `logits`: the k + 1 rows to process (LogitsView::row(first_row + i)).
+    // `logits`: the k + 1 rows to process (LogitsView::row(first_row + i));
+    // row i predicts the token at first_position + i (named in errors).
     void reset(const LogitsView& logits, std::size_t first_row, std::size_t rows, const SamplingOptions& sampling,
-               std::string_view who) {
+               std::string_view who, std::optional<std::uint64_t> first_position = std::nullopt) {
         logits_ = logits;
+        first_position_ = first_position;
         first_row_ = first_row;
         rows_ = rows;
         sampling_ = sampling;
@@ -48,7 +52,7 @@ public:
     std::span<const float> row(std::size_t i) {
         std::span<float> out{storage_.data() + i * vocab(), vocab()};
         if (state_[i] != State::full) {
-            logits_to_distribution(logits_.row(first_row_ + i), sampling_, out, who_);
+            logits_to_distribution(logits_.row(first_row_ + i), sampling_, out, who_, position_of(i));
             state_[i] = State::full;
         }
         return out;
@@ -57,7 +61,8 @@ public:
     float probability(std::size_t i, Token x) {
         if (!plain_ || state_[i] == State::full) return row(i)[static_cast<std::size_t>(x)];
         if (state_[i] == State::none) {
-            normalisers_[i] = softmax_normaliser(logits_.row(first_row_ + i), sampling_.temperature, who_);
+            normalisers_[i] =
+                softmax_normaliser(logits_.row(first_row_ + i), sampling_.temperature, who_, nullptr, position_of(i));
             state_[i] = State::normalised;
         }
         return normalisers_[i].probability(logits_.row(first_row_ + i)[static_cast<std::size_t>(x)]);
@@ -71,7 +76,12 @@ public:
     }
 
 private:
+    [[nodiscard]] std::optional<std::uint64_t> position_of(std::size_t i) const {
+        return first_position_ ? std::optional<std::uint64_t>(*first_position_ + i) : std::nullopt;
+    }
+
     enum class State : unsigned char { none, normalised, full };
+    std::optional<std::uint64_t> first_position_;
     LogitsView logits_{};
     std::size_t first_row_ = 0, rows_ = 0;
     SamplingOptions sampling_{};
@@ -126,6 +136,21 @@ inline void check_rows(const DraftProposal& draft, std::size_t target_rows, std:
         throw Error(message.str());
     }
     check_draft_tokens(draft, vocab);
+}
+
+// Every value a probability: finite and non-negative (NaN fails both tests).
+inline void check_probabilities(std::span<const float> values, const char* what, std::size_t row_length) {
+    bool valid = true;
+    for (const float v : values) valid &= v >= 0.0f && v <= std::numeric_limits<float>::max();
+    if (valid) return;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+        if (!(values[i] >= 0.0f && values[i] <= std::numeric_limits<float>::max())) {
+            std::ostringstream message;
+            message << what << " row " << i / row_length << " holds " << values[i] << " at token " << i % row_length
+                    << ": expected finite, non-negative probabilities";
+            throw Error(message.str());
+        }
+    }
 }
 
 // y ~ norm(max(w * p - q, 0)) with q = draft.q(i) (w = 1: the token-wise
@@ -215,6 +240,10 @@ inline void block_weights(const DraftProposal& draft, const DistributionRows& p,
 [[nodiscard]] inline AcceptanceResult accept_rejection_sampling(const DraftProposal& draft, DistributionRows p,
                                                                 const CounterRng& rng, std::uint64_t first_position) {
     detail::check_rows(draft, p.rows, p.vocab);
+    // Rows the decoder computed lazily were made from checked logits; rows
+    // handed in directly (a test, a fuzzer, a caller of this function) are checked.
+    if (p.data != nullptr) detail::check_probabilities({p.data, p.rows * p.vocab}, "target distribution", p.vocab);
+    detail::check_probabilities(draft.probabilities, "draft distribution", draft.vocab);
     const std::size_t k = draft.size();
     for (std::size_t i = 0; i < k; ++i) {
         const Token x = draft.tokens[i];

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <sstream>
 #include <string_view>
@@ -22,27 +24,35 @@ namespace specdec {
 
 namespace detail {
 
-[[noreturn]] inline void throw_bad_logit(std::string_view who, std::span<const float> logits) {
+// "<who> logits" or "<who> logits at position <n>": which model's row, and the
+// sequence position of the token that row predicts, when the caller knows it.
+inline void describe_row(std::ostringstream& message, std::string_view who, std::optional<std::uint64_t> position) {
+    message << who << " logits";
+    if (position) message << " at position " << *position;
+}
+
+[[noreturn]] inline void throw_bad_logit(std::string_view who, std::span<const float> logits,
+                                         std::optional<std::uint64_t> position) {
+    std::ostringstream message;
+    describe_row(message, who, position);
     for (std::size_t i = 0; i < logits.size(); ++i) {
         const float value = logits[i];
         if (std::isnan(value) || value == std::numeric_limits<float>::infinity()) {
-            std::ostringstream message;
-            message << who << " logits contain " << (std::isnan(value) ? "NaN" : "+inf") << " at token " << i
+            message << " contain " << (std::isnan(value) ? "NaN" : "+inf") << " at token " << i
                     << ": expected finite values (or -inf for masked tokens)";
             throw Error(message.str());
         }
     }
-    std::ostringstream message;
-    message << who << " logits are -inf for every one of the " << logits.size()
-            << " tokens: no token can be sampled";
+    message << " are -inf for every one of the " << logits.size() << " tokens: no token can be sampled";
     throw Error(message.str());
 }
 
 // The largest logit, after checking the row: NaN and +inf are errors, -inf
 // (a masked token) is allowed unless every token is masked.
-inline float checked_max_logit(std::span<const float> logits, std::string_view who) {
+inline float checked_max_logit(std::span<const float> logits, std::string_view who,
+                               std::optional<std::uint64_t> position = std::nullopt) {
     const RowMax result = row_max(logits);
-    if (result.bad || result.max == -std::numeric_limits<float>::infinity()) throw_bad_logit(who, logits);
+    if (result.bad || result.max == -std::numeric_limits<float>::infinity()) throw_bad_logit(who, logits, position);
     return result.max;
 }
 
@@ -59,9 +69,10 @@ struct SoftmaxNormaliser {
 // One checked-max pass and one exp-and-sum pass; writes the unnormalised
 // terms to `terms` when given.
 inline SoftmaxNormaliser softmax_normaliser(std::span<const float> logits, double temperature, std::string_view who,
-                                            float* terms = nullptr) {
+                                            float* terms = nullptr,
+                                            std::optional<std::uint64_t> position = std::nullopt) {
     SoftmaxNormaliser normaliser;
-    normaliser.max = checked_max_logit(logits, who);
+    normaliser.max = checked_max_logit(logits, who, position);
     normaliser.inverse_temperature = static_cast<float>(1.0 / temperature);
     // total >= 1: the max logit contributes exp(0) = 1.
     const float total = exp_sum(logits, normaliser.max, normaliser.inverse_temperature, terms);
@@ -74,11 +85,30 @@ inline SoftmaxNormaliser softmax_normaliser(std::span<const float> logits, doubl
     return (options.top_k > 0 && options.top_k < vocab) || options.top_p < 1.0 || options.min_p > 0.0;
 }
 
+// Throws naming the first value of a row that is not a probability (NaN,
+// infinite or negative): the block sums would silently skip it.
+inline void check_sampling_row(std::span<const float> probabilities) {
+    bool valid = true;
+    for (const float p : probabilities) valid &= p >= 0.0f && p <= std::numeric_limits<float>::max();
+    if (valid) return;
+    for (std::size_t i = 0; i < probabilities.size(); ++i) {
+        const float p = probabilities[i];
+        if (!(p >= 0.0f && p <= std::numeric_limits<float>::max())) {
+            std::ostringstream message;
+            message << "cannot sample: probability " << p << " of token " << i
+                    << ": expected finite, non-negative values";
+            throw Error(message.str());
+        }
+    }
+}
+
 }  // namespace detail
 
-// Argmax with ties going to the lowest token id; NaN/+inf logits are an error.
-[[nodiscard]] inline Token greedy_token(std::span<const float> logits, std::string_view who = "model") {
-    const float max_value = detail::checked_max_logit(logits, who);
+// Argmax with ties going to the lowest token id; NaN/+inf logits are an error
+// whose message names `who` and, when given, the position the row predicts.
+[[nodiscard]] inline Token greedy_token(std::span<const float> logits, std::string_view who = "model",
+                                        std::optional<std::uint64_t> position = std::nullopt) {
+    const float max_value = detail::checked_max_logit(logits, who, position);
     for (std::size_t i = 0; i < logits.size(); ++i)
         if (logits[i] == max_value) return static_cast<Token>(i);
     return 0;  // unreachable: max_value is one of the logits
@@ -88,17 +118,18 @@ inline SoftmaxNormaliser softmax_normaliser(std::span<const float> logits, doubl
 // size): softmax(logits / temperature), then top-k, top-p and min-p filtering,
 // renormalised. Greedy options produce a point mass on the argmax.
 inline void logits_to_distribution(std::span<const float> logits, const SamplingOptions& options,
-                                   std::span<float> probabilities, std::string_view who = "model") {
+                                   std::span<float> probabilities, std::string_view who = "model",
+                                   std::optional<std::uint64_t> position = std::nullopt) {
     const std::size_t vocab = logits.size();
     if (probabilities.size() != vocab) throw Error("logits_to_distribution: output size differs from the vocabulary");
     if (options.greedy()) {
-        const Token best = greedy_token(logits, who);
+        const Token best = greedy_token(logits, who, position);
         std::fill(probabilities.begin(), probabilities.end(), 0.0f);
         probabilities[static_cast<std::size_t>(best)] = 1.0f;
         return;
     }
     const detail::SoftmaxNormaliser normaliser =
-        detail::softmax_normaliser(logits, options.temperature, who, probabilities.data());
+        detail::softmax_normaliser(logits, options.temperature, who, probabilities.data(), position);
     detail::scale_row(probabilities, normaliser.scale);
 
     const bool use_top_k = options.top_k > 0 && options.top_k < vocab;
@@ -152,13 +183,20 @@ inline void logits_to_distribution(std::span<const float> logits, const Sampling
 
 // Inverse-CDF draw with a uniform u in [0, 1). Never returns a token of
 // probability 0, even when rounding leaves u beyond the accumulated mass.
+// A NaN, an infinite or a negative probability is an error, as is u outside [0, 1).
 [[nodiscard]] inline Token sample_from_distribution(std::span<const float> probabilities, double u) {
+    if (!(u >= 0.0 && u < 1.0)) {
+        std::ostringstream message;
+        message << "cannot sample with the uniform draw u = " << u << ": expected a value in [0, 1)";
+        throw Error(message.str());
+    }
     // Block sums first (one vectorised pass), then a scan of one block: the
     // same inverse CDF as a scan of the whole row, up to rounding of the sums.
     thread_local std::vector<double> block_sums;
     const std::size_t n = probabilities.size();
     block_sums.resize((n + detail::kSampleBlock - 1) / detail::kSampleBlock);
     const double total = detail::block_sums(probabilities, block_sums.data());
+    detail::check_sampling_row(probabilities);
     const double threshold = u * total;
     double cumulative = 0.0;
     for (std::size_t b = 0; b < block_sums.size(); ++b) {

@@ -15,6 +15,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
+#include <limits>
 
 #include "specdec/tensors/half.hpp"
 
@@ -23,6 +25,21 @@ namespace specdec::cpu {
 // Values per block of the 32-value types, and per super-block of the K types.
 inline constexpr std::size_t kQuantBlock = 32;
 inline constexpr std::size_t kSuperBlock = 256;
+
+// Blocks whose largest magnitude is below this are quantised to zeros: the
+// reciprocal of their scale would overflow to inf, and inf * 0 is NaN.
+inline constexpr float kQuantTinyMagnitude = 1e-30f;
+
+namespace detail {
+
+// True when every one of the block's values is finite.
+inline bool block_is_finite(const float* values) noexcept {
+    bool finite = true;
+    for (std::size_t i = 0; i < kQuantBlock; ++i) finite &= std::fabs(values[i]) <= std::numeric_limits<float>::max();
+    return finite;
+}
+
+}  // namespace detail
 
 struct BlockQ8_0 {
     Half d;
@@ -96,11 +113,19 @@ struct BlockQ6_K {
     Half d;
 };
 static_assert(sizeof(BlockQ6_K) == 210);
+
+// A block holding NaN or inf is stored as zeros with a NaN scale, so that it
+// dequantises to NaN (a float -> int conversion of NaN would be undefined).
 inline void quantize_block_q8_0(const float* values, BlockQ8_0& block) noexcept {
     float amax = 0.0f;
     for (std::size_t i = 0; i < kQuantBlock; ++i) amax = std::max(amax, std::fabs(values[i]));
+    if (!detail::block_is_finite(values) || amax < kQuantTinyMagnitude) {
+        block.d = float_to_half(detail::block_is_finite(values) ? 0.0f : std::numeric_limits<float>::quiet_NaN());
+        std::fill(std::begin(block.qs), std::end(block.qs), std::int8_t{0});
+        return;
+    }
     const float d = amax / 127.0f;
-    const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+    const float inverse = 1.0f / d;
     block.d = float_to_half(d);
     for (std::size_t i = 0; i < kQuantBlock; ++i) {
         block.qs[i] = static_cast<std::int8_t>(std::lround(values[i] * inverse));
@@ -117,8 +142,13 @@ inline void quantize_block_q4_0(const float* values, BlockQ4_0& block) noexcept 
             extreme = values[i];
         }
     }
+    if (!detail::block_is_finite(values) || amax < kQuantTinyMagnitude) {
+        block.d = float_to_half(detail::block_is_finite(values) ? 0.0f : std::numeric_limits<float>::quiet_NaN());
+        std::fill(std::begin(block.qs), std::end(block.qs), std::uint8_t{0x88});  // every nibble 8, the code of 0
+        return;
+    }
     const float d = extreme / -8.0f;
-    const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+    const float inverse = 1.0f / d;
     block.d = float_to_half(d);
     auto code = [&](float v) {
         const int q = static_cast<int>(v * inverse + 8.5f);

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "specdec/tensors/quant_blocks.hpp"
@@ -58,11 +59,25 @@ inline void quantize_activations(const float* x, std::size_t x_stride, std::size
         for (std::size_t b = 0; b < out.blocks; ++b) {
             const float* v = x + c * x_stride + b * kQuantBlock;
             float amax = 0.0f;
-            for (std::size_t i = 0; i < kQuantBlock; ++i) amax = std::max(amax, std::fabs(v[i]));
-            const float d = amax / 127.0f;
-            const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+            bool finite = true;
+            for (std::size_t i = 0; i < kQuantBlock; ++i) {
+                const float magnitude = std::fabs(v[i]);
+                finite &= magnitude <= std::numeric_limits<float>::max();  // false for NaN and inf
+                amax = std::max(amax, magnitude);
+            }
             std::int8_t* q = &out.values[(c * out.blocks + b) * kQuantBlock];
-            for (std::size_t i = 0; i < kQuantBlock; ++i) q[i] = static_cast<std::int8_t>(std::nearbyint(v[i] * inverse));
+            // A NaN or inf cannot become an int8 (the conversion is undefined):
+            // such a block is stored as zeros with a NaN scale, so the products
+            // it enters come out NaN, as a float product would, and the decoder
+            // reports the non-finite logits. Tiny blocks are zeros (see kQuantTinyMagnitude).
+            float d = amax / 127.0f;
+            if (!finite || amax < kQuantTinyMagnitude) {
+                std::fill(q, q + kQuantBlock, std::int8_t{0});
+                d = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+            } else {
+                const float inverse = 1.0f / d;
+                for (std::size_t i = 0; i < kQuantBlock; ++i) q[i] = static_cast<std::int8_t>(std::nearbyint(v[i] * inverse));
+            }
             out.scales[c * out.blocks + b] = d;
             std::int32_t* sums = &out.offset_sums[(c * out.blocks + b) * 8];
             float* lane_sums = &out.lane_sums[(c * out.blocks + b) * 8];
