@@ -182,7 +182,7 @@ inline void matmul_rows(const WeightMatrix& w, std::size_t row_begin, std::size_
 // interleaved in one process: `specdec-matmul-bench` (benchmarks/) prints the
 // ratio per width and type; the constant is the width from which the blocked
 // product is faster for every dense type.
-inline constexpr std::size_t kWideColumns = 16;
+inline constexpr std::size_t kWideColumns = 28;
 
 namespace detail {
 
