@@ -135,7 +135,7 @@ TEST_CASE("error messages name the bad value", "[bench][cli]") {
     }
 }
 
-TEST_CASE("--prompt-tokens takes a positive count and --export-gguf only the synthetic CPU models", "[bench]") {
+TEST_CASE("the prompt-tokens option takes a positive count and export-gguf takes only the synthetic CPU models", "[bench]") {
     CHECK_FALSE(parse({}).prompt_tokens.has_value());
     CHECK(parse({"--prompt-tokens", "512"}).prompt_tokens == std::optional<std::size_t>(512));
     CHECK_THROWS_AS(parse({"--prompt-tokens", "0"}), UsageError);
