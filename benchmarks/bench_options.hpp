@@ -54,6 +54,8 @@ struct BenchOptions {
     std::vector<double> temperatures{0.0, 1.0};
     std::size_t new_tokens = 64;
     std::optional<std::string> prompt;
+    std::optional<std::size_t> prompt_tokens;  // also measure the prefill of a prompt of this many tokens
+    std::optional<std::string> export_gguf_dir;  // write the synthetic target and draft as GGUF files there, then exit
     std::size_t repetitions = 3;
     std::size_t threads = 0;  // 0 = every hardware thread
     std::uint64_t seed = 42;
@@ -110,6 +112,7 @@ what to measure
   --temperatures LIST       sampling temperatures, 0 = greedy (default 0,1)
   --new-tokens N            tokens generated per run (default 64)
   --prompt TEXT             prompt text (GGUF models; synthetic models use a seeded token prompt)
+  --prompt-tokens N         also measure prefill speed and time to first token for an N-token prompt
   --repetitions N           interleaved autoregressive/speculative pairs per configuration, seeds
                             seed, seed + 1, ... (default 3)
   --seed N                  seed of every random choice (default 42)
@@ -117,6 +120,8 @@ what to measure
 output
   --json FILE               write the full report as JSON
   --svg FILE                plot speedup, predicted speedup and acceptance against k
+  --export-gguf DIR         write the synthetic target and draft as DIR/target.gguf and DIR/draft.gguf
+                            (llama.cpp loads them: synthetic vocabulary), then exit
   --quiet                   no progress indicator on stderr
   --help                    this text
 
@@ -244,6 +249,11 @@ inline void require_file(std::string_view flag, const std::string& path) {
             options.new_tokens = detail::parse_count(flag, value(), 1);
         } else if (flag == "--prompt") {
             options.prompt = std::string(value());
+        } else if (flag == "--prompt-tokens") {
+            options.prompt_tokens = detail::parse_count(flag, value(), 1);
+        } else if (flag == "--export-gguf") {
+            options.export_gguf_dir = std::string(value());
+            if (options.export_gguf_dir->empty()) throw UsageError("--export-gguf: empty folder name");
         } else if (flag == "--repetitions") {
             options.repetitions = detail::parse_count(flag, value(), 1);
         } else if (flag == "--threads") {
@@ -273,6 +283,9 @@ inline void require_file(std::string_view flag, const std::string& path) {
     }
     if (options.help) return options;
 
+    if (options.export_gguf_dir && (options.target_path || options.backend != Backend::cpu || options.uses_prompt_lookup())) {
+        throw UsageError("--export-gguf writes the embedded synthetic CPU models; it takes no --target, --draft or --backend cuda");
+    }
     if (options.target_path) {
         detail::require_file("--target", *options.target_path);
         if (!options.draft_path)

@@ -33,6 +33,15 @@ struct ModelInfo {
     std::uint64_t bytes_read_per_token = 0;  // weights a one-token forward streams (embedding rows excluded); 0 = unknown
 };
 
+// Prefill: the prompt fed in one pass from an empty cache, up to the first
+// token's logits (the median of several passes): time to first token.
+struct PrefillMeasurement {
+    std::size_t tokens = 0;
+    double seconds = 0.0;
+
+    [[nodiscard]] double tokens_per_second() const { return seconds > 0.0 ? tokens / seconds : 0.0; }
+};
+
 // Timings of single forward passes, measured once per run with the prompt in
 // the cache (medians of several calls): the c and v_k of the cost model.
 struct CostMeasurement {
@@ -40,6 +49,9 @@ struct CostMeasurement {
     double draft_step_seconds = 0.0;   // draft forward of 1 token (prompt lookup: one proposal)
     std::vector<std::size_t> verified_tokens;      // k + 1 for each measured k
     std::vector<double> verification_seconds;      // target forward of k + 1 tokens
+    std::vector<PrefillMeasurement> prefill;       // target: the benchmark's prompt, then --prompt-tokens if given
+
+    [[nodiscard]] double decode_tokens_per_second() const { return target_step_seconds > 0.0 ? 1.0 / target_step_seconds : 0.0; }
 
     [[nodiscard]] double cost_ratio() const {
         return target_step_seconds > 0.0 ? draft_step_seconds / target_step_seconds : 0.0;

@@ -64,6 +64,30 @@ template <CausalLM Model>
     return median(std::move(seconds));
 }
 
+// Median seconds of prefilling `prompt` from an empty cache, up to the last
+// token's logits (forward_last where the model has it: only that row goes
+// through the output head).
+template <CausalLM Model>
+[[nodiscard]] double time_prefill(Model& model, std::span<const Token> prompt, const SamplingBudget& budget) {
+    auto prefill = [&] {
+        model.truncate(0);
+        if constexpr (requires { model.forward_last(prompt); }) (void)model.forward_last(prompt);
+        else (void)model.forward(prompt);
+    };
+    prefill();
+    std::vector<double> seconds;
+    double total = 0.0;
+    while (seconds.size() < budget.max_samples && (seconds.size() < budget.min_samples || total < budget.min_seconds)) {
+        const auto start = Clock::now();
+        prefill();
+        const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+        seconds.push_back(elapsed);
+        total += elapsed;
+    }
+    model.truncate(0);
+    return median(std::move(seconds));
+}
+
 // A model-free drafter has no forward pass: its step cost is one proposal.
 template <Drafter D>
 [[nodiscard]] double time_proposal(D& drafter, std::span<const Token> prompt, const SamplingBudget& budget) {
@@ -88,6 +112,8 @@ template <Drafter D>
 struct CostMeasurementSettings {
     detail::SamplingBudget step{.min_samples = 5, .max_samples = 300, .min_seconds = 0.3};          // 1-token forwards
     detail::SamplingBudget verification{.min_samples = 5, .max_samples = 200, .min_seconds = 0.3};  // (k+1)-token forwards
+    detail::SamplingBudget prefill{.min_samples = 3, .max_samples = 50, .min_seconds = 0.5};        // whole prompts
+    std::size_t long_prompt_tokens = 0;  // > 0: also time the prefill of a prompt this long (the prompt's ids, cycled)
 };
 
 template <class Draft, CausalLM Target>
@@ -100,6 +126,15 @@ template <class Draft, CausalLM Target>
         costs.draft_step_seconds = detail::time_forward(draft, prompt, 1, settings.step);
     } else {
         costs.draft_step_seconds = detail::time_proposal(draft, prompt, settings.step);
+    }
+    costs.prefill.push_back({prompt.size(), detail::time_prefill(target, prompt, settings.prefill)});
+    if (settings.long_prompt_tokens > 0) {
+        if (settings.long_prompt_tokens > target.context_length()) {
+            throw Error("--prompt-tokens " + std::to_string(settings.long_prompt_tokens) + " exceeds the target's context of " +
+                        std::to_string(target.context_length()) + " positions");
+        }
+        const std::vector<Token> long_prompt = detail::filler_tokens(prompt, settings.long_prompt_tokens);
+        costs.prefill.push_back({long_prompt.size(), detail::time_prefill(target, long_prompt, settings.prefill)});
     }
     for (const std::size_t k : draft_lengths) {
         if (prompt.size() + k + 1 > target.context_length()) continue;  // cannot be verified in this context anyway

@@ -92,7 +92,7 @@ namespace detail {
 [[nodiscard]] inline std::size_t context_needed(const BenchOptions& options, std::size_t prompt_tokens) {
     std::size_t longest_draft = options.draft_tokens.empty() ? 1 : options.draft_tokens.back();
     if (options.auto_length) longest_draft = std::max(longest_draft, options.auto_max_draft_tokens);
-    return prompt_tokens + options.new_tokens + longest_draft + 2;
+    return std::max(prompt_tokens + options.new_tokens + longest_draft + 2, options.prompt_tokens.value_or(0));
 }
 
 // A model trained for a short context (stories260K: 128) stops generating

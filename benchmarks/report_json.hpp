@@ -105,6 +105,10 @@ inline constexpr int kReportFormatVersion = 1;
                                                    ? report.costs.verification_seconds[i] / report.costs.target_step_seconds
                                                    : 0.0}});
     }
+    nlohmann::ordered_json prefill = nlohmann::ordered_json::array();
+    for (const PrefillMeasurement& p : report.costs.prefill) {
+        prefill.push_back({{"tokens", p.tokens}, {"seconds", p.seconds}, {"tokens_per_second", p.tokens_per_second()}});
+    }
     return {{"format_version", kReportFormatVersion},
             {"machine",
              {{"cpu", report.machine.cpu},
@@ -135,7 +139,9 @@ inline constexpr int kReportFormatVersion = 1;
              {{"target_step_seconds", report.costs.target_step_seconds},
               {"draft_step_seconds", report.costs.draft_step_seconds},
               {"cost_ratio", report.costs.cost_ratio()},
-              {"verification", verification}}},
+              {"verification", verification},
+              {"prefill", prefill},
+              {"decode_tokens_per_second", report.costs.decode_tokens_per_second()}}},
             {"formula", std::string(kPredictedSpeedupFormula)},
             {"greedy_match", report.all_greedy_runs_match()},
             {"wall_seconds", report.wall_seconds},

@@ -77,6 +77,17 @@ inline void print_roofline(std::ostream& out, const BenchReport& report) {
         << "\n";
 }
 
+inline void print_prefill(std::ostream& out, const BenchReport& report) {
+    const double decode = report.costs.decode_tokens_per_second();
+    for (const PrefillMeasurement& p : report.costs.prefill) {
+        out << detail::format("prefill: %zu-token prompt at %.1f tok/s, time to first token %.1f ms; "
+                              "one-token decode %.1f tok/s (prefill %.1fx decode)",
+                              p.tokens, p.tokens_per_second(), 1e3 * p.seconds, decode,
+                              decode > 0.0 ? p.tokens_per_second() / decode : 0.0)
+            << "\n";
+    }
+}
+
 inline void print_table(std::ostream& out, const BenchReport& report) {
     out << "\n";
     out << "   T  k              AR tok/s  spec tok/s  speedup  (per rep.)   alpha  acc.rate  tok/pass     c     v_k  predicted  effic.  "

@@ -5,10 +5,13 @@
 //   specdec-bench                                   embedded synthetic pair, CPU
 //   specdec-bench --target t.gguf --draft d.gguf    real models
 //   specdec-bench --target t.gguf --draft prompt-lookup
+//   specdec-bench --export-gguf DIR                 write the synthetic pair as GGUF files
 //
 // Exit status: 0 success, 1 the library reported an error, 2 bad command line.
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <utility>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -19,6 +22,7 @@
 
 #include "bench_options.hpp"
 #include "bench_runner.hpp"
+#include "gguf_export.hpp"
 #include "machine_info.hpp"
 #include "model_setup.hpp"
 #include "report_json.hpp"
@@ -71,6 +75,7 @@ int benchmark_and_report(Draft& draft, Target& target, BenchInputs inputs, const
     print_header(std::cout, report);
     print_table(std::cout, report);
     print_roofline(std::cout, report);
+    print_prefill(std::cout, report);
     std::cout << "wall time " << report.wall_seconds << " s\n";
     if (options.json_path) {
         write_file(*options.json_path, report_to_json(report).dump(2) + "\n");
@@ -90,7 +95,29 @@ void check_writable(const std::optional<std::string>& path, const char* flag) {
     if (!file) throw UsageError(std::string(flag) + ": cannot write '" + *path + "'");
 }
 
+// --export-gguf: the synthetic target and draft of the options, as GGUF files.
+int export_gguf(const BenchOptions& options) {
+    const std::filesystem::path folder(*options.export_gguf_dir);
+    std::error_code error;
+    std::filesystem::create_directories(folder, error);
+    if (error) throw specdec::Error(folder.string() + ": cannot create the folder: " + error.message());
+    if (options.synthetic_size != "tiny" && options.synthetic_size != "100m")
+        throw UsageError("--export-gguf: --synthetic-size " + options.synthetic_size + " is generated on the GPU only");
+    specdec::SyntheticOptions synthetic;
+    synthetic.size = options.synthetic_size;
+    synthetic.threads = options.threads;
+    const auto kind = options.synthetic_draft ? parse_synthetic_draft_kind(*options.synthetic_draft) : specdec::kDefaultSyntheticDraft;
+    const specdec::SyntheticPair pair = specdec::make_synthetic_pair(synthetic, kind);
+    for (const auto& [model, file] : {std::pair{&pair.target, "target.gguf"}, std::pair{&pair.draft, "draft.gguf"}}) {
+        const std::filesystem::path path = folder / file;
+        write_llama_gguf(model->weights(), model->name(), path);
+        std::cout << "wrote " << path.string() << " (" << model->name() << ")\n";
+    }
+    return 0;
+}
+
 int run(const BenchOptions& options) {
+    if (options.export_gguf_dir) return export_gguf(options);
     check_writable(options.json_path, "--json");
     check_writable(options.svg_path, "--svg");
     ModelSetup setup = set_up_models(options);
@@ -102,6 +129,7 @@ int run(const BenchOptions& options) {
     inputs.draft = setup.draft_info;
     inputs.prompt = setup.prompt;
     inputs.prompt_text = setup.prompt_text;
+    inputs.cost_settings.long_prompt_tokens = options.prompt_tokens.value_or(0);
     inputs.settings = RunSettings{.draft_tokens = options.draft_tokens,
                                   .auto_length = options.auto_length,
                                   .auto_max_draft_tokens = options.auto_max_draft_tokens,

@@ -3,7 +3,7 @@
 # (The CUDA toolkit is optional and not installed here: the GPU backend is
 # built when nvcc is found.)
 set -euo pipefail
-packages=(cmake g++ make libeigen3-dev catch2 nlohmann-json3-dev)
+packages=(cmake g++ make catch2 nlohmann-json3-dev)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

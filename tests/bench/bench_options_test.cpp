@@ -134,3 +134,14 @@ TEST_CASE("error messages name the bad value", "[bench][cli]") {
         CHECK(message.find('\n') == std::string::npos);
     }
 }
+
+TEST_CASE("the prompt-tokens option takes a positive count and export-gguf takes only the synthetic CPU models", "[bench]") {
+    CHECK_FALSE(parse({}).prompt_tokens.has_value());
+    CHECK(parse({"--prompt-tokens", "512"}).prompt_tokens == std::optional<std::size_t>(512));
+    CHECK_THROWS_AS(parse({"--prompt-tokens", "0"}), UsageError);
+    CHECK_THROWS_AS(parse({"--prompt-tokens", "many"}), UsageError);
+    CHECK(parse({"--export-gguf", "out"}).export_gguf_dir == std::optional<std::string>("out"));
+    CHECK_THROWS_AS(parse({"--export-gguf", ""}), UsageError);
+    CHECK_THROWS_AS(parse({"--export-gguf", "out", "--backend", "cuda"}), UsageError);
+    CHECK_THROWS_AS(parse({"--export-gguf", "out", "--draft", "prompt-lookup"}), UsageError);
+}

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "specdec/backends/cpu/attention.hpp"
 #include "specdec/backends/cpu/matmul.hpp"
 #include "specdec/backends/cpu/thread_pool.hpp"
 #include "specdec/backends/cpu/vector_ops.hpp"
@@ -51,6 +52,16 @@ public:
             name_ = "llama-" + std::to_string(c.layer_count) + "x" + std::to_string(c.embedding_dim);
         }
         if (options.check_tensors) weights_.check_finite(name_);
+        // Block-quantised products round their activations to 8 bits, so a
+        // wide pass over them must reproduce the one-token sums bitwise, and
+        // attention as matrix products (equal up to float rounding) is for
+        // models without such matrices only (see cpu::matmul).
+        quantized_ = is_block_quantized(weights_.output.type);
+        for (const LlamaLayerWeights& l : weights_.layers) {
+            for (const WeightMatrix* m : {&l.query, &l.key, &l.value, &l.attention_output, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) {
+                quantized_ = quantized_ || is_block_quantized(m->type);
+            }
+        }
     }
 
     // Loads a GGUF file of architecture "llama"; its matrices are used in place
@@ -80,7 +91,15 @@ public:
     }
 
     // Appends the tokens to the cache and returns one logits row per token.
-    LogitsView forward(std::span<const Token> tokens) {
+    LogitsView forward(std::span<const Token> tokens) { return forward_rows(tokens, /*all_rows=*/true); }
+
+    // Like forward(), but returns only the last token's logits row: the output
+    // head (the largest matrix of a small model) runs on one row instead of
+    // all of them, which is what prefilling a prompt needs.
+    LogitsView forward_last(std::span<const Token> tokens) { return forward_rows(tokens, /*all_rows=*/false); }
+
+private:
+    LogitsView forward_rows(std::span<const Token> tokens, bool all_rows) {
         const LlamaConfig& c = weights_.config;
         const std::size_t n = tokens.size();
         const std::size_t past = cache_.size();
@@ -126,13 +145,15 @@ public:
             cpu::swiglu(gate_.data(), up_.data(), n * ffn);
             cpu::matmul(*pool_, w.ffn_down, gate_.data(), ffn, n, x_.data(), dim, /*accumulate=*/true);
         }
-        for (std::size_t i = 0; i < n; ++i) cpu::rms_norm(&x_[i * dim], weights_.output_norm.data(), dim, c.rms_norm_eps, &normed_[i * dim]);
-        cpu::matmul(*pool_, weights_.output, normed_.data(), dim, n, logits_.data(), c.vocab_size);
+        const std::size_t first_row = all_rows ? 0 : n - 1, rows = n - first_row;
+        for (std::size_t i = first_row; i < n; ++i) {
+            cpu::rms_norm(&x_[i * dim], weights_.output_norm.data(), dim, c.rms_norm_eps, &normed_[(i - first_row) * dim]);
+        }
+        cpu::matmul(*pool_, weights_.output, normed_.data(), dim, rows, logits_.data(), c.vocab_size);
         cache_.set_size(past + n);
-        return LogitsView{logits_.data(), n, c.vocab_size, c.vocab_size};
+        return LogitsView{logits_.data(), rows, c.vocab_size, c.vocab_size};
     }
 
-private:
     void reserve(std::size_t n) {
         const LlamaConfig& c = weights_.config;
         auto grow = [](std::vector<float>& v, std::size_t size) {
@@ -209,6 +230,20 @@ private:
         const LlamaConfig& c = weights_.config;
         const std::size_t hd = c.head_dim(), heads = c.head_count, group = c.head_count / c.kv_heads();
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        if (n > cpu::kWideColumns && !quantized_) {
+            // Wide passes: blocks of queries per head as matrix products.
+            constexpr std::size_t kQueryBlock = 32;
+            const std::size_t blocks = (n + kQueryBlock - 1) / kQueryBlock;
+            pool_->parallel_for(blocks * heads, [&](std::size_t task) {
+                // Longest blocks (last queries) first, so that the threads finish together.
+                const std::size_t b = blocks - 1 - task / heads, h = task % heads, kv_head = h / group;
+                const std::size_t first = b * kQueryBlock, count = std::min(kQueryBlock, n - first);
+                cpu::attend_block(&q_[first * c.embedding_dim + h * hd], c.embedding_dim, count, past + first,
+                                  cache_.keys(layer, kv_head, 0), cache_.values(layer, kv_head, 0), hd, hd, scale,
+                                  &attention_out_[first * c.embedding_dim + h * hd], c.embedding_dim);
+            });
+            return;
+        }
         pool_->parallel_for(n * heads, [&](std::size_t task) {
             const std::size_t i = task / heads, h = task % heads, kv_head = h / group;
             const std::size_t positions = past + i + 1;
@@ -224,6 +259,7 @@ private:
     std::shared_ptr<cpu::ThreadPool> pool_;
     KvCache cache_;
     std::vector<float> inverse_frequencies_;
+    bool quantized_ = false;  // some matrix is block-quantised
     // Activations of the current forward, n rows each (reused between calls).
     std::vector<float> x_, normed_, q_, k_, v_, attention_out_, gate_, up_, logits_, rope_cos_, rope_sin_;
 };

@@ -2,20 +2,27 @@
 // Weight matrix x activation block, the kernel that decides decode speed.
 //
 // y[c][r] = sum_k W[r][k] * x[c][k] for the n activation columns c (the tokens
-// of one forward pass). Each weight row is streamed from memory once and
-// decoded to floats in registers (32 values at a time), then multiplied by all
-// columns while it is there: a forward of 8 tokens reads the weights once,
-// like a forward of 1. Rows are split across the thread pool. Accumulation is
-// float32 whatever the storage type.
+// of one forward pass). For narrow passes (decoding, short verifications) each
+// weight row is streamed from memory once and decoded to floats in registers
+// (32 values at a time), then multiplied by all columns while it is there: a
+// forward of 8 tokens reads the weights once, like a forward of 1. Wide passes
+// (prefill) are compute-bound instead, and there re-decoding every weight per
+// group of columns would dominate: they decode each row once and run a blocked
+// matrix product (gemm.hpp). Rows are split across the thread pool.
+// Accumulation is float32 whatever the storage type.
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "specdec/backends/cpu/dequantize.hpp"
+#include "specdec/backends/cpu/gemm.hpp"
 #include "specdec/backends/cpu/quant_matmul.hpp"
 #include "specdec/backends/cpu/simd.hpp"
 #include "specdec/backends/cpu/thread_pool.hpp"
+#include "specdec/core/error.hpp"
 #include "specdec/tensors/weight_matrix.hpp"
 
 namespace specdec::cpu {
@@ -52,69 +59,15 @@ inline void matmul_rows_scalar(const WeightMatrix& w, std::size_t row_begin, std
 
 #if SPECDEC_HAS_X86_KERNELS
 
-SPECDEC_AVX2_TARGET inline __m256 widen_i8(__m128i q8, __m256 d) {
-    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)));
-}
-
-// The F16 scale of quantised block b of a row, broadcast (unused for dense types).
-template <WeightType T>
-SPECDEC_AVX2_TARGET inline __m256 block_scale(const std::byte* row, std::size_t b) {
-    if constexpr (is_block_quantized(T)) {
-        constexpr std::size_t block_bytes = T == WeightType::q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
-        Half d_bits;
-        std::memcpy(&d_bits, row + b * block_bytes, 2);
-        return _mm256_set1_ps(_cvtsh_ss(d_bits));
-    } else {
-        return _mm256_setzero_ps();
-    }
-}
-
-// Values [32 b + 8 i, 32 b + 8 i + 8) of a row as floats (i in 0..3); `d` is
-// the block's scale from block_scale.
-template <WeightType T>
-SPECDEC_AVX2_TARGET inline __m256 load8(const std::byte* row, std::size_t b, int i, __m256 d) {
-    if constexpr (T == WeightType::f32) {
-        return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + b * 32 + 8 * i);
-    } else if constexpr (T == WeightType::f16) {
-        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * 64 + 16 * i)));
-    } else if constexpr (T == WeightType::bf16) {
-        const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * 64 + 16 * i)));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-    } else if constexpr (T == WeightType::q8_0) {
-        const std::byte* qs = row + b * sizeof(BlockQ8_0) + 2;
-        return widen_i8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * i)), d);
-    } else {
-        static_assert(T == WeightType::q4_0);
-        // Values 0..15 are the low nibbles of bytes 0..15, values 16..31 the high nibbles.
-        const std::byte* qs = row + b * sizeof(BlockQ4_0) + 2;
-        __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * (i & 1)));
-        if (i >= 2) bytes = _mm_srli_epi16(bytes, 4);
-        const __m128i nibbles = _mm_sub_epi8(_mm_and_si128(bytes, _mm_set1_epi8(0x0F)), _mm_set1_epi8(8));
-        return widen_i8(nibbles, d);
-    }
-}
-
-template <WeightType T>
-inline float load_scalar(const std::byte* row, std::size_t k) {
-    if constexpr (T == WeightType::f32) {
-        float v;
-        std::memcpy(&v, row + 4 * k, 4);
-        return v;
-    } else {
-        std::uint16_t bits;
-        std::memcpy(&bits, row + 2 * k, 2);
-        if constexpr (T == WeightType::f16) return half_to_float(bits);
-        else return bf16_to_float(bits);
-    }
-}
-
-// A tile of R consecutive rows (from row_begin) x NC columns. Each 8-value
-// slice of the R rows is decoded once and multiplied by every column, and
-// each column slice is loaded once for all R rows; the R x NC accumulators,
-// R weight and one column register stay in the 16 AVX registers.
+// A tile of R consecutive rows (from row_begin) x NC columns of a dense
+// matrix. Each 8-value slice of the R rows is decoded once and multiplied by
+// every column, and each column slice is loaded once for all R rows; the
+// R x NC accumulators, R weight and one column register stay in the 16 AVX
+// registers.
 template <WeightType T, int R, int NC>
 SPECDEC_AVX2_TARGET void matmul_tile_avx2(const WeightMatrix& w, std::size_t row_begin, const float* x,
                                           std::size_t x_stride, float* y, std::size_t y_stride, bool accumulate) {
+    static_assert(!is_block_quantized(T), "block-quantised weights go through quant_matmul_rows");
     const std::size_t chunks = w.cols / 32;
     const std::size_t row_bytes = w.row_bytes();
     const std::byte* rows[R];
@@ -129,21 +82,19 @@ SPECDEC_AVX2_TARGET void matmul_tile_avx2(const WeightMatrix& w, std::size_t row
     // in memory), at the pace this tile is consumed: the hardware prefetcher
     // alone does not run far enough ahead once several columns make the loop
     // compute-heavy, and memory and compute then no longer overlap.
-    constexpr std::size_t chunk_bytes = T == WeightType::f32 ? 128 : 64;  // 32 values (this kernel: dense types)
+    constexpr std::size_t chunk_bytes = T == WeightType::f32 ? 128 : 64;  // 32 values
     const char* next_tile = reinterpret_cast<const char*>(rows[0]) + R * row_bytes;
+    const __m256 unused_scale = _mm256_setzero_ps();
     for (std::size_t b = 0; b < chunks; ++b) {
 #pragma GCC unroll 8
         for (std::size_t line = 0; line < R * chunk_bytes / 64; ++line) {
             _mm_prefetch(next_tile + b * R * chunk_bytes + 64 * line, _MM_HINT_T0);
         }
-        __m256 d[R];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) d[r] = block_scale<T>(rows[r], b);
 #pragma GCC unroll 4
         for (int i = 0; i < 4; ++i) {
             __m256 wv[R];
 #pragma GCC unroll 4
-            for (int r = 0; r < R; ++r) wv[r] = load8<T>(rows[r], b, i, d[r]);
+            for (int r = 0; r < R; ++r) wv[r] = load8<T>(rows[r], b, i, unused_scale);
 #pragma GCC unroll 4
             for (int c = 0; c < NC; ++c) {
                 __m256 xv = _mm256_loadu_ps(x + c * x_stride + b * 32 + 8 * i);
@@ -158,9 +109,7 @@ SPECDEC_AVX2_TARGET void matmul_tile_avx2(const WeightMatrix& w, std::size_t row
     for (int r = 0; r < R; ++r) {
         for (int c = 0; c < NC; ++c) {
             float result = horizontal_sum(acc[r][c]);
-            if constexpr (!is_block_quantized(T)) {
-                for (std::size_t k = chunks * 32; k < w.cols; ++k) result += load_scalar<T>(rows[r], k) * x[c * x_stride + k];
-            }
+            for (std::size_t k = chunks * 32; k < w.cols; ++k) result += load_scalar<T>(rows[r], k) * x[c * x_stride + k];
             float& out = y[c * y_stride + row_begin + r];
             out = accumulate ? out + result : result;
         }
@@ -196,12 +145,9 @@ void matmul_rows_avx2_any(const WeightMatrix& w, std::size_t row_begin, std::siz
         // One column: four rows at once give four independent FMA chains.
         for (; r + 4 <= row_end; r += 4) matmul_tile_avx2<T, 4, 1>(w, r, x, x_stride, y, y_stride, accumulate);
     } else if (columns == 2) {
-        // Row tiles chosen by measurement (whole 100m forwards on 2 Zen3
-        // cores, variants interleaved in one process): 4 rows x 2 columns
-        // makes a 2-token forward ~6-9% faster than 2 x 2, and 3 rows x 4
-        // columns a 4-token forward ~13% faster than 2 x 4; for 3 columns
-        // 2 x 3 beats 3 x 3. Every (row, column) sum is the same chain of
-        // FMAs whatever the tile, so results do not depend on the choice.
+        // Row tiles per column count chosen on whole model forwards, where
+        // they beat the two-row tiles. Every (row, column) sum is the same
+        // chain of FMAs whatever the tile, so results do not depend on the choice.
         for (; r + 4 <= row_end; r += 4) matmul_tile_avx2<T, 4, 2>(w, r, x, x_stride, y, y_stride, accumulate);
     } else if (columns == 4) {
         for (; r + 3 <= row_end; r += 3) matmul_tile_avx2<T, 3, 4>(w, r, x, x_stride, y, y_stride, accumulate);
@@ -220,9 +166,7 @@ inline void matmul_rows(const WeightMatrix& w, std::size_t row_begin, std::size_
             case WeightType::f32: return matmul_rows_avx2_any<WeightType::f32>(w, row_begin, row_end, x, x_stride, columns, y, y_stride, accumulate);
             case WeightType::f16: return matmul_rows_avx2_any<WeightType::f16>(w, row_begin, row_end, x, x_stride, columns, y, y_stride, accumulate);
             case WeightType::bf16: return matmul_rows_avx2_any<WeightType::bf16>(w, row_begin, row_end, x, x_stride, columns, y, y_stride, accumulate);
-            case WeightType::q8_0: return matmul_rows_avx2_any<WeightType::q8_0>(w, row_begin, row_end, x, x_stride, columns, y, y_stride, accumulate);
-            case WeightType::q4_0: return matmul_rows_avx2_any<WeightType::q4_0>(w, row_begin, row_end, x, x_stride, columns, y, y_stride, accumulate);
-            default: break;  // the other block types decode through dequantize_row below
+            default: break;  // block-quantised types go through quant_matmul_rows
         }
     }
 #endif
@@ -231,13 +175,23 @@ inline void matmul_rows(const WeightMatrix& w, std::size_t row_begin, std::size_
 
 }  // namespace detail
 
-// Computes every target's product with the same input block x (columns
-// vectors of length weight->cols, column c at x + c * x_stride) in one parallel
-// section. Input and outputs must not overlap. Block-quantised weights go through
-// the integer kernels of quant_matmul.hpp (activations rounded to 8 bits, as
+// Passes wider than this many columns multiply decoded weights as a blocked
+// matrix product (gemm.hpp); narrower ones use the matrix-vector tiles, which
+// read each weight once and decode it in registers. Measured on whole matrix
+// products of the "100m" synthetic shapes for the dense storage types, both paths
+// interleaved in one process: `specdec-matmul-bench` (benchmarks/) prints the
+// ratio per width and type; the constant is the width from which the blocked
+// product is faster for every dense type.
+inline constexpr std::size_t kWideColumns = 28;
+
+namespace detail {
+
+// The matrix-vector tile path: every weight row streamed once per pass and
+// decoded in registers, times all columns. Block-quantised weights go through the
+// integer kernels of quant_matmul.hpp (activations rounded to 8 bits, as
 // llama.cpp does); the other types multiply float activations.
-inline void matmul(ThreadPool& pool, std::span<const MatmulTarget> targets, const float* x, std::size_t x_stride,
-                   std::size_t columns) {
+inline void matmul_tiles(ThreadPool& pool, std::span<const MatmulTarget> targets, const float* x, std::size_t x_stride,
+                         std::size_t columns) {
     if (columns == 0 || targets.empty()) return;
     // Row chunks: small enough to balance the threads, large enough that a
     // task amortises its scheduling and keeps the row stream sequential.
@@ -265,13 +219,71 @@ inline void matmul(ThreadPool& pool, std::span<const MatmulTarget> targets, cons
         const Task& task = task_list[i];
         const WeightMatrix& w = *task.target->weight;
         if (is_block_quantized(w.type)) {
-            detail::quant_matmul_rows(w, task.row_begin, task.row_end, *qx, columns, task.target->y, task.target->y_stride,
-                                      task.target->accumulate);
+            quant_matmul_rows(w, task.row_begin, task.row_end, *qx, columns, task.target->y, task.target->y_stride,
+                              task.target->accumulate);
         } else {
-            detail::matmul_rows(w, task.row_begin, task.row_end, x, x_stride, columns, task.target->y, task.target->y_stride,
-                                task.target->accumulate);
+            matmul_rows(w, task.row_begin, task.row_end, x, x_stride, columns, task.target->y, task.target->y_stride,
+                        task.target->accumulate);
         }
     });
+}
+
+// Rows decoded per task of the blocked path: a multiple of the register
+// tile's rows; the task's decoded rows and a panel slice stay in L2.
+inline constexpr std::size_t kWideTaskRows = 8 * kTileRows;
+
+// The blocked matrix-product path for dense weights (F32, F16, BF16): the
+// columns are packed once, then each task decodes its weight rows to F32 once
+// and multiplies them into every column.
+inline void matmul_wide(ThreadPool& pool, std::span<const MatmulTarget> targets, const float* x, std::size_t x_stride,
+                        std::size_t columns) {
+    if (columns == 0 || targets.empty()) return;
+    for (const auto& t : targets) {
+        if (is_block_quantized(t.weight->type)) {
+            throw Error(std::string("matmul_wide: ") + weight_type_name(t.weight->type) +
+                        " weights go through the integer kernels; expected F32, F16 or BF16");
+        }
+    }
+    thread_local PackedColumns packed;
+    packed.resize(columns, targets.front().weight->cols);
+    PackedColumns* packed_ptr = &packed;
+    pool.parallel_for(packed.panels(), [&](std::size_t p) { pack_panel(x, x_stride, *packed_ptr, p); });
+    struct Task {
+        const MatmulTarget* target;
+        std::size_t row_begin, row_end;
+    };
+    thread_local std::vector<Task> tasks;
+    tasks.clear();
+    for (const auto& t : targets) {
+        for (std::size_t r = 0; r < t.weight->rows; r += kWideTaskRows) {
+            tasks.push_back({&t, r, std::min(t.weight->rows, r + kWideTaskRows)});
+        }
+    }
+    const Task* task_list = tasks.data();
+    pool.parallel_for(tasks.size(), [&](std::size_t i) {
+        const Task& task = task_list[i];
+        gemm_weight_rows(*task.target->weight, task.row_begin, task.row_end, *packed_ptr, task.target->y,
+                         task.target->y_stride, task.target->accumulate);
+    });
+}
+
+}  // namespace detail
+
+// Computes every target's product with the same input block x (columns
+// vectors of length weight->cols, column c at x + c * x_stride). Input and
+// outputs must not overlap. Passes of up to kWideColumns columns keep every
+// column's result independent of the others (bitwise the same whatever the
+// batch); wider ones over dense weights are a blocked matrix product, equal up
+// to float rounding. Block-quantised weights stay on the integer kernels at
+// every width: they round the activations to 8 bits, which turns a float
+// rounding difference into a whole quantisation step now and then, so only
+// bitwise-equal sums keep a wide pass equal to one-token passes.
+inline void matmul(ThreadPool& pool, std::span<const MatmulTarget> targets, const float* x, std::size_t x_stride,
+                   std::size_t columns) {
+    const bool dense = std::none_of(targets.begin(), targets.end(),
+                                    [](const MatmulTarget& t) { return is_block_quantized(t.weight->type); });
+    if (columns > kWideColumns && dense) detail::matmul_wide(pool, targets, x, x_stride, columns);
+    else detail::matmul_tiles(pool, targets, x, x_stride, columns);
 }
 
 inline void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, std::size_t x_stride, std::size_t columns,
