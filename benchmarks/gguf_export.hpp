@@ -28,6 +28,12 @@ namespace detail {
         case WeightType::bf16: return gguf::TensorType::bf16;
         case WeightType::q8_0: return gguf::TensorType::q8_0;
         case WeightType::q4_0: return gguf::TensorType::q4_0;
+        case WeightType::q4_1: return gguf::TensorType::q4_1;
+        case WeightType::q5_0: return gguf::TensorType::q5_0;
+        case WeightType::q5_1: return gguf::TensorType::q5_1;
+        case WeightType::q4_k: return gguf::TensorType::q4_K;
+        case WeightType::q5_k: return gguf::TensorType::q5_K;
+        case WeightType::q6_k: return gguf::TensorType::q6_K;
     }
     throw Error(std::string("GGUF export: weight type ") + weight_type_name(type) + " has no GGUF tensor type");
 }

@@ -105,12 +105,12 @@ private:
         const std::size_t past = cache_.size();
         for (std::size_t i = 0; i < n; ++i) {
             if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= c.vocab_size) {
-                throw Error("" + name_ + ": token id " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
+                throw Error(name_ + ": token id " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
                             " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
             }
         }
         if (past + n > cache_.capacity()) {
-            throw Error("" + name_ + ": forward of " + std::to_string(n) + " tokens after " + std::to_string(past) +
+            throw Error(name_ + ": forward of " + std::to_string(n) + " tokens after " + std::to_string(past) +
                         " cached positions overflows the context length " + std::to_string(cache_.capacity()));
         }
         if (n == 0) return LogitsView{logits_.data(), 0, c.vocab_size, c.vocab_size};
