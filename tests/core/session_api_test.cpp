@@ -154,3 +154,32 @@ TEST_CASE("the autoregressive decoder has the same session API and cache reuse",
     }
     CHECK(stepped == first.tokens);
 }
+
+namespace {
+// A ToyLM that also offers forward_last (the LastRowLM extension) and counts its use.
+class LastRowToyLM : public ToyLM {
+public:
+    using ToyLM::ToyLM;
+    specdec::LogitsView forward_last(std::span<const Token> tokens) {
+        ++last_row_calls;
+        const specdec::LogitsView all = forward(tokens);
+        return {all.data + (all.rows - 1) * all.row_stride, 1, all.vocab, all.row_stride};
+    }
+    std::size_t last_row_calls = 0;
+};
+static_assert(specdec::LastRowLM<LastRowToyLM>);
+static_assert(!specdec::LastRowLM<ToyLM>);
+}  // namespace
+
+TEST_CASE("prefill goes through forward_last when the model has it, with the same output", "[session][api]") {
+    const std::vector<Token> prompt{2, 7, 1, 8, 2, 8};
+    const specdec::DecodingOptions options{.draft_tokens = 3, .seed = 4, .max_new_tokens = 20};
+    LastRowToyLM target(target_options()), draft(draft_options());
+    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options);
+    const auto result = decoder.generate(prompt);
+    CHECK(target.last_row_calls == 1);
+    CHECK(draft.last_row_calls == 1);
+    ToyLM plain_target(target_options()), plain_draft(draft_options());
+    Decoder plain(specdec::target(plain_target), specdec::draft(plain_draft), options);
+    CHECK(result.tokens == plain.generate(prompt).tokens);
+}

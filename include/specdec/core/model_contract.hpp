@@ -36,6 +36,14 @@ concept CausalLM = requires(Model& model, const Model& const_model, std::span<co
     { model.truncate(n) };
 };
 
+// Extension: a model that can append tokens to its cache and return only the
+// last token's logits row (forward_last), skipping the output head for the
+// other rows. The decoders prefill prompts through it when it is there.
+template <class Model>
+concept LastRowLM = CausalLM<Model> && requires(Model& model, std::span<const Token> tokens) {
+    { model.forward_last(tokens) } -> std::convertible_to<LogitsView>;
+};
+
 // Extension: a target that runs the verification pass *and* the acceptance
 // rule `Rule` itself (e.g. on a GPU, so that no logits row is copied back).
 //

@@ -73,6 +73,23 @@ public:
         return logits;
     }
 
+    // Appends tokens whose logits nobody reads (a prompt's prefill): through
+    // forward_last() when the model has it, so the output head runs once.
+    void prefill(std::span<const Token> tokens) {
+        if constexpr (LastRowLM<Model>) {
+            const LogitsView logits = model_->forward_last(tokens);
+            cached_.insert(cached_.end(), tokens.begin(), tokens.end());
+            if (logits.rows != 1) {
+                std::ostringstream message;
+                message << "model forward_last returned " << logits.rows << " logits rows for " << tokens.size()
+                        << " tokens: expected the last row only";
+                throw Error(message.str());
+            }
+        } else {
+            (void)forward(tokens);
+        }
+    }
+
     // The device-verification path of targets that provide forward_and_verify().
     template <class... Args>
     auto forward_and_verify(std::span<const Token> tokens, Args&&... args) {

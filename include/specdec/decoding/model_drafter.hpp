@@ -32,7 +32,7 @@ public:
         // (propose() returns nothing), and feeding it would overflow the cache.
         if (history.size() > cache_.model().context_length()) return;
         const std::span<const Token> uncached = cache_.uncached_suffix(history);
-        if (uncached.size() > 1) (void)cache_.forward(uncached.first(uncached.size() - 1));
+        if (uncached.size() > 1) cache_.prefill(uncached.first(uncached.size() - 1));
     }
 
     DraftProposal propose(const DraftRequest& request) {

@@ -79,7 +79,7 @@ protected:
         stats.prompt_tokens = prompt.size();
         const std::span<const Token> uncached = target.uncached_suffix(sequence_);
         if (uncached.size() > 1) {
-            (void)target.forward(uncached.first(uncached.size() - 1));
+            target.prefill(uncached.first(uncached.size() - 1));
             stats.prefill_tokens = stats.target_tokens = uncached.size() - 1;
         }
         stats.prefill_seconds = seconds_since(start);
