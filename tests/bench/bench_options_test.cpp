@@ -32,7 +32,7 @@ TEST_CASE("no arguments select the embedded synthetic pair with the documented d
     CHECK(options.repetitions >= 1);
 }
 
-TEST_CASE("--draft-tokens takes auto beside numbers, --rule takes the rules", "[bench][cli]") {
+TEST_CASE("the draft-tokens option takes auto beside numbers and the rule option takes the rules", "[bench][cli]") {
     const BenchOptions only_auto = parse({"--draft-tokens", "auto", "--max-draft-tokens", "6", "--rule", "block"});
     CHECK(only_auto.auto_length);
     CHECK(only_auto.draft_tokens.empty());
@@ -63,7 +63,7 @@ TEST_CASE("lists, numbers and both flag spellings are parsed", "[bench][cli]") {
     CHECK(options.quiet);
 }
 
-TEST_CASE("--help is accepted alone and stops validation", "[bench][cli]") {
+TEST_CASE("the help option is accepted alone and stops validation", "[bench][cli]") {
     CHECK(parse({"--help"}).help);
     CHECK(parse({"--target", "/no/such/file.gguf", "--help"}).help);
     CHECK(specdec::bench::usage_text().find("--draft-tokens") != std::string::npos);
