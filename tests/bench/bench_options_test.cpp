@@ -116,7 +116,7 @@ TEST_CASE("bad command lines are usage errors", "[bench][cli]") {
 
 TEST_CASE("a target needs a draft, and synthetic options need the synthetic target", "[bench][cli]") {
     // Any existing regular file passes the existence check; the model is only opened later.
-    const std::string existing = __FILE__;
+    const std::string existing = std::string(SPECDEC_TEST_SOURCE_DIR) + "/bench/bench_options_test.cpp";
     CHECK_THROWS_AS(parse({"--target", existing}), UsageError);
     CHECK_THROWS_AS(parse({"--target", existing, "--draft", "prompt-lookup", "--synthetic-size", "tiny"}), UsageError);
     CHECK_NOTHROW(parse({"--target", existing, "--draft", existing}));
