@@ -64,22 +64,30 @@ inline Gpt2CharClass gpt2_char_class(char32_t c) {
     return Gpt2CharClass::other;
 }
 
-// Splits `text` the way GPT-2's pre-tokenizer regex does. Invalid UTF-8 bytes
-// count as punctuation ("other"), so every byte lands in exactly one word.
-inline std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
-    struct Char {
-        std::size_t begin;
-        std::size_t length;
-        char32_t code_point;
-        Gpt2CharClass kind;
-    };
-    std::vector<Char> chars;
+// The characters of `text` with their byte offsets and pre-tokenizer classes
+// (invalid UTF-8 bytes are single "other" characters).
+struct ClassifiedChar {
+    std::size_t begin;
+    std::size_t length;
+    char32_t code_point;
+    Gpt2CharClass kind;
+};
+
+inline std::vector<ClassifiedChar> classify_chars(std::string_view text) {
+    std::vector<ClassifiedChar> chars;
     chars.reserve(text.size());
     for (std::size_t position = 0; position < text.size();) {
         const Utf8Char c = next_utf8_char(text, position);
         chars.push_back({position, c.length, c.code_point, c.valid ? gpt2_char_class(c.code_point) : Gpt2CharClass::other});
         position += c.length;
     }
+    return chars;
+}
+
+// Splits `text` the way GPT-2's pre-tokenizer regex does. Invalid UTF-8 bytes
+// count as punctuation ("other"), so every byte lands in exactly one word.
+inline std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
+    const std::vector<ClassifiedChar> chars = classify_chars(text);
     const std::size_t n = chars.size();
     const auto kind_at = [&](std::size_t i) { return i < n ? std::optional(chars[i].kind) : std::nullopt; };
     const auto ascii_at = [&](std::size_t i) -> char32_t { return i < n ? chars[i].code_point : 0; };
@@ -138,18 +146,7 @@ enum class BpePreTokenizer {
 
 // Splits `text` with Llama 3's rule (max_digits = 3) or Qwen2's (max_digits = 1).
 inline std::vector<std::string_view> llama3_pretokenize(std::string_view text, std::size_t max_digits) {
-    struct Char {
-        std::size_t begin;
-        char32_t code_point;
-        Gpt2CharClass kind;
-    };
-    std::vector<Char> chars;
-    chars.reserve(text.size());
-    for (std::size_t position = 0; position < text.size();) {
-        const Utf8Char c = next_utf8_char(text, position);
-        chars.push_back({position, c.code_point, c.valid ? gpt2_char_class(c.code_point) : Gpt2CharClass::other});
-        position += c.length;
-    }
+    const std::vector<ClassifiedChar> chars = classify_chars(text);
     const std::size_t n = chars.size();
     const auto kind = [&](std::size_t i) { return i < n ? chars[i].kind : Gpt2CharClass::space; };
     const auto newline = [&](std::size_t i) { return i < n && (chars[i].code_point == '\r' || chars[i].code_point == '\n'); };

@@ -186,6 +186,22 @@ inline constexpr std::size_t kWideColumns = 28;
 
 namespace detail {
 
+// One task of a pass: rows [row_begin, row_end) of one target's product.
+struct RowTask {
+    const MatmulTarget* target;
+    std::size_t row_begin, row_end;
+};
+
+// Splits every target into tasks of `chunk` rows (reused storage of this thread).
+inline const std::vector<RowTask>& row_tasks(std::span<const MatmulTarget> targets, std::size_t chunk) {
+    thread_local std::vector<RowTask> tasks;
+    tasks.clear();
+    for (const auto& t : targets) {
+        for (std::size_t r = 0; r < t.weight->rows; r += chunk) tasks.push_back({&t, r, std::min(t.weight->rows, r + chunk)});
+    }
+    return tasks;
+}
+
 // The matrix-vector tile path: every weight row streamed once per pass and
 // decoded in registers, times all columns. Block-quantised weights go through the
 // integer kernels of quant_matmul.hpp (activations rounded to 8 bits, as
@@ -199,24 +215,16 @@ inline void matmul_tiles(ThreadPool& pool, std::span<const MatmulTarget> targets
     for (const auto& t : targets) total_rows += t.weight->rows;
     const std::size_t wanted_tasks = pool.size() * 16;
     const std::size_t chunk = std::max<std::size_t>(8, (total_rows + wanted_tasks - 1) / wanted_tasks);
-    struct Task {
-        const MatmulTarget* target;
-        std::size_t row_begin, row_end;
-    };
-    thread_local std::vector<Task> tasks;
-    tasks.clear();
-    for (const auto& t : targets) {
-        for (std::size_t r = 0; r < t.weight->rows; r += chunk) tasks.push_back({&t, r, std::min(t.weight->rows, r + chunk)});
-    }
+    const std::vector<RowTask>& tasks = row_tasks(targets, chunk);
     // Block-quantised weights meet the activations quantised once to Q8 blocks.
     thread_local Q8Activations quantized;
     bool any_quantized = false;
     for (const auto& t : targets) any_quantized = any_quantized || is_block_quantized(t.weight->type);
     if (any_quantized) quantize_activations(x, x_stride, columns, targets.front().weight->cols, quantized);
-    const Task* task_list = tasks.data();
+    const RowTask* task_list = tasks.data();
     const Q8Activations* qx = &quantized;
     pool.parallel_for(tasks.size(), [&](std::size_t i) {
-        const Task& task = task_list[i];
+        const RowTask& task = task_list[i];
         const WeightMatrix& w = *task.target->weight;
         if (is_block_quantized(w.type)) {
             quant_matmul_rows(w, task.row_begin, task.row_end, *qx, columns, task.target->y, task.target->y_stride,
@@ -248,20 +256,10 @@ inline void matmul_wide(ThreadPool& pool, std::span<const MatmulTarget> targets,
     packed.resize(columns, targets.front().weight->cols);
     PackedColumns* packed_ptr = &packed;
     pool.parallel_for(packed.panels(), [&](std::size_t p) { pack_panel(x, x_stride, *packed_ptr, p); });
-    struct Task {
-        const MatmulTarget* target;
-        std::size_t row_begin, row_end;
-    };
-    thread_local std::vector<Task> tasks;
-    tasks.clear();
-    for (const auto& t : targets) {
-        for (std::size_t r = 0; r < t.weight->rows; r += kWideTaskRows) {
-            tasks.push_back({&t, r, std::min(t.weight->rows, r + kWideTaskRows)});
-        }
-    }
-    const Task* task_list = tasks.data();
+    const std::vector<RowTask>& tasks = row_tasks(targets, kWideTaskRows);
+    const RowTask* task_list = tasks.data();
     pool.parallel_for(tasks.size(), [&](std::size_t i) {
-        const Task& task = task_list[i];
+        const RowTask& task = task_list[i];
         gemm_weight_rows(*task.target->weight, task.row_begin, task.row_end, *packed_ptr, task.target->y,
                          task.target->y_stride, task.target->accumulate);
     });
