@@ -44,6 +44,36 @@ concept LastRowLM = CausalLM<Model> && requires(Model& model, std::span<const To
     { model.forward_last(tokens) } -> std::convertible_to<LogitsView>;
 };
 
+// Extension: a model that scores a token tree in one pass (tree verification,
+// tree drafting). Nodes are numbered in the order they are given, across all
+// forward_tree calls since the last commit_tree (the "pending tree").
+//
+//  forward_tree(tokens, parents)
+//      scores tokens.size() new nodes in one batched pass and returns one
+//      logits row per new node (row i predicts the token after node i).
+//      parents[i] is the index of node i's parent in the pending tree: an
+//      earlier node of this call or of an earlier call, or -1 for a node that
+//      follows the last cached position. A node at depth d (a child of the
+//      cache has depth 1) sits at position cached_tokens() + d - 1 and attends
+//      to the cache and to its own ancestors only, so every root-to-node path
+//      is scored exactly as forward() would score it as a chain. The cache
+//      itself does not grow: cached_tokens() is unchanged until commit_tree.
+//      Throws specdec::Error (and leaves the cache and the pending tree as
+//      they were) for an id out of range, a parent that is not an earlier
+//      node, or a tree deeper than the free context.
+//  commit_tree(path)
+//      appends the nodes of `path` to the cache, in order, without
+//      recomputing them, and empties the pending tree. path[0] must have
+//      parent -1 and each later node must be a child of the one before it;
+//      an empty path only discards the pending tree. Any other call
+//      (forward, forward_last, truncate) also discards the pending tree.
+template <class Model>
+concept TreeLM = CausalLM<Model> && requires(Model& model, std::span<const Token> tokens,
+                                             std::span<const std::int32_t> nodes) {
+    { model.forward_tree(tokens, nodes) } -> std::convertible_to<LogitsView>;
+    { model.commit_tree(nodes) };
+};
+
 // Extension: a target that runs the verification pass *and* the acceptance
 // rule `Rule` itself (e.g. on a GPU, so that no logits row is copied back).
 //
