@@ -108,7 +108,8 @@ what to measure
                             each step's length by its online cost model (default 1,2,3,4,auto)
   --max-draft-tokens N      the most drafts per step of the auto row (default 8)
   --rule LIST               acceptance rules: tokenwise, block (block verification; runs at T > 0 only,
-                            at T = 0 it is greedy verification) (default tokenwise,block)
+                            at T = 0 it is greedy verification; at k = 1 it is token-wise rejection, so
+                            that row is left out when both rules run) (default tokenwise,block)
   --temperatures LIST       sampling temperatures, 0 = greedy (default 0,1)
   --new-tokens N            tokens generated per run (default 64)
   --prompt TEXT             prompt text (GGUF models; synthetic models use a seeded token prompt)

@@ -91,11 +91,16 @@ struct ConfigurationResult {
     std::optional<bool> greedy_match;
     std::optional<std::size_t> first_mismatch;  // index of the first differing token
 
+    // Decoding speed: generated tokens per second of the steps after the
+    // prompt. The prefill is left out of both (it is the same target pass for
+    // both decoders, plus the draft's prompt for speculative decoding) and
+    // measured on its own (CostMeasurement::prefill), as the cost model
+    // describes the steps.
     [[nodiscard]] double autoregressive_tokens_per_second() const {
-        return autoregressive.tokens_per_second();
+        return autoregressive.decode_tokens_per_second();
     }
     [[nodiscard]] double speculative_tokens_per_second() const {
-        return speculative.tokens_per_second();
+        return speculative.decode_tokens_per_second();
     }
     [[nodiscard]] double speedup() const {
         const double baseline = autoregressive_tokens_per_second();
@@ -208,7 +213,7 @@ struct BenchReport {
     [[nodiscard]] double autoregressive_tokens_per_second() const {
         GenerationStats all;
         for (const auto& c : configurations) all += c.autoregressive;
-        return all.tokens_per_second();
+        return all.decode_tokens_per_second();
     }
     [[nodiscard]] double roofline_tokens_per_second() const {
         return machine.read_bandwidth > 0.0 && target.bytes_read_per_token > 0

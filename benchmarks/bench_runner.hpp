@@ -74,7 +74,14 @@ struct Configuration {
     for (const double temperature : settings.temperatures) {
         for (const RuleChoice rule : settings.rules) {
             if (rule == RuleChoice::block && temperature == 0.0) continue;
-            for (const std::size_t k : settings.draft_tokens) list.push_back({temperature, k, false, rule});
+            // With one draft, block verification is token-wise rejection: a
+            // block row for k = 1 beside the token-wise one would only repeat it.
+            const bool tokenwise_too =
+                std::find(settings.rules.begin(), settings.rules.end(), RuleChoice::tokenwise) != settings.rules.end();
+            for (const std::size_t k : settings.draft_tokens) {
+                if (rule == RuleChoice::block && k == 1 && tokenwise_too) continue;
+                list.push_back({temperature, k, false, rule});
+            }
             if (settings.auto_length) list.push_back({temperature, settings.auto_max_draft_tokens, true, rule});
         }
     }
@@ -172,8 +179,9 @@ template <class Draft, CausalLM Target>
                 speculative.reset();
                 const GenerationResult fast = speculative.generate(prompt);
                 result.speculative += fast.stats;
-                if (baseline.stats.tokens_per_second() > 0.0)
-                    result.speedup_per_repetition.push_back(fast.stats.tokens_per_second() / baseline.stats.tokens_per_second());
+                if (baseline.stats.decode_tokens_per_second() > 0.0)
+                    result.speedup_per_repetition.push_back(fast.stats.decode_tokens_per_second() /
+                                                            baseline.stats.decode_tokens_per_second());
                 if (temperature == 0.0) detail::check_greedy_match(result, baseline.tokens, fast.tokens);
             }
         });

@@ -2,6 +2,15 @@
 // Measures the cost model's c and v_k directly: single forward passes of the
 // target and the draft with the prompt already in the cache, timed on the same
 // machine in the same process as the generations they explain.
+//
+// A speculative step alternates the models: the draft's passes follow a
+// target pass that streamed the target's weights through the caches, and the
+// verification pass follows draft passes. Timing a model's passes back to
+// back instead lets a small draft run from a warm cache (and a warm thread
+// pool), which makes c look smaller than any step will see it. So the draft's
+// passes and the verification passes are timed each right after a pass of
+// the other model, as in a step; the autoregressive one-token pass, which
+// follows itself in plain decoding, is timed back to back.
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
@@ -41,10 +50,17 @@ struct SamplingBudget {
     double min_seconds = 0.1;
 };
 
-// Median seconds of model.forward(`tokens` tokens) appended after the prompt.
-// One untimed call first: the first pass touches cold weights and caches.
-template <CausalLM Model>
-[[nodiscard]] double time_forward(Model& model, std::span<const Token> prompt, std::size_t tokens, const SamplingBudget& budget) {
+struct NothingBefore {
+    void operator()() const {}
+};
+
+// Median seconds of model.forward(`tokens` tokens) appended after the prompt,
+// each sample right after an untimed call of `before` (the other model's
+// pass, or nothing). One untimed call first: the first pass touches cold
+// weights and caches.
+template <CausalLM Model, class Before = NothingBefore>
+[[nodiscard]] double time_forward(Model& model, std::span<const Token> prompt, std::size_t tokens, const SamplingBudget& budget,
+                                  Before&& before = {}) {
     model.truncate(0);
     (void)model.forward(prompt);
     const std::vector<Token> feed = filler_tokens(prompt, tokens);
@@ -53,6 +69,7 @@ template <CausalLM Model>
     std::vector<double> seconds;
     double total = 0.0;
     while (seconds.size() < budget.max_samples && (seconds.size() < budget.min_samples || total < budget.min_seconds)) {
+        before();
         const auto start = Clock::now();
         (void)model.forward(feed);
         const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
@@ -112,6 +129,9 @@ template <Drafter D>
 struct CostMeasurementSettings {
     detail::SamplingBudget step{.min_samples = 5, .max_samples = 300, .min_seconds = 0.3};          // 1-token forwards
     detail::SamplingBudget verification{.min_samples = 5, .max_samples = 200, .min_seconds = 0.3};  // (k+1)-token forwards
+    // Passes timed right after the other model's pass (draft after target,
+    // verification after draft): each sample also pays that untimed pass.
+    detail::SamplingBudget interleaved{.min_samples = 9, .max_samples = 40, .min_seconds = 0.15};
     detail::SamplingBudget prefill{.min_samples = 3, .max_samples = 50, .min_seconds = 0.5};        // whole prompts
     std::size_t long_prompt_tokens = 0;  // > 0: also time the prefill of a prompt this long (the prompt's ids, cycled)
 };
@@ -122,8 +142,16 @@ template <class Draft, CausalLM Target>
                                             const CostMeasurementSettings& settings = {}) {
     CostMeasurement costs;
     costs.target_step_seconds = detail::time_forward(target, prompt, 1, settings.step);
+    // One untimed one-token pass of `model`: what a step runs before the pass being timed.
+    auto one_pass_of = [&prompt](auto& model) {
+        return [&model, &prompt] {
+            model.truncate(0);
+            (void)model.forward(prompt.first(1));
+            model.truncate(0);
+        };
+    };
     if constexpr (CausalLM<Draft>) {
-        costs.draft_step_seconds = detail::time_forward(draft, prompt, 1, settings.step);
+        costs.draft_step_seconds = detail::time_forward(draft, prompt, 1, settings.interleaved, one_pass_of(target));
     } else {
         costs.draft_step_seconds = detail::time_proposal(draft, prompt, settings.step);
     }
@@ -139,7 +167,12 @@ template <class Draft, CausalLM Target>
     for (const std::size_t k : draft_lengths) {
         if (prompt.size() + k + 1 > target.context_length()) continue;  // cannot be verified in this context anyway
         costs.verified_tokens.push_back(k + 1);
-        costs.verification_seconds.push_back(detail::time_forward(target, prompt, k + 1, settings.verification));
+        if constexpr (CausalLM<Draft>) {
+            costs.verification_seconds.push_back(
+                detail::time_forward(target, prompt, k + 1, settings.interleaved, one_pass_of(draft)));
+        } else {
+            costs.verification_seconds.push_back(detail::time_forward(target, prompt, k + 1, settings.verification));
+        }
     }
     return costs;
 }

@@ -103,7 +103,8 @@ inline void print_table(std::ostream& out, const BenchReport& report) {
             << detail::per_position_text(r) << "\n";
     }
     out << "\n";
-    out << "speedup = summed over the interleaved repetitions; per rep. = slowest-fastest single pair\n";
+    out << "tok/s = generated tokens / time of the steps after the prompt (prefill: see below); speedup = summed over "
+           "the interleaved repetitions; per rep. = slowest-fastest single pair\n";
     out << "alpha = accepted / tested drafts (per-token acceptance); acc.rate = accepted / proposed drafts; "
            "tok/pass = tokens per target pass\n";
     out << kPredictedSpeedupFormula << "; efficiency = measured / predicted\n";

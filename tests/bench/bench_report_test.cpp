@@ -241,3 +241,18 @@ TEST_CASE("auto and block rows report the rule, the chosen lengths and a step-ti
     CHECK(table.str().find("2 block") != std::string::npos);
     CHECK(table.str().find("where a step's time goes") != std::string::npos);
 }
+
+TEST_CASE("block verification gets no k = 1 row beside token-wise rejection, which it equals there", "[bench][report]") {
+    RunSettings settings;
+    settings.draft_tokens = {1, 2};
+    settings.temperatures = {0.0, 1.0};
+    settings.rules = {RuleChoice::tokenwise, RuleChoice::block};
+    std::vector<std::string> rows;
+    for (const Configuration& c : configurations_of(settings))
+        rows.push_back(std::to_string(c.temperature) + (c.rule == RuleChoice::block ? " block " : " tokenwise ") +
+                       std::to_string(c.draft_tokens));
+    CHECK(rows == std::vector<std::string>{"0.000000 tokenwise 1", "0.000000 tokenwise 2", "1.000000 tokenwise 1",
+                                           "1.000000 tokenwise 2", "1.000000 block 2"});
+    settings.rules = {RuleChoice::block};
+    CHECK(configurations_of(settings).size() == 2);  // block alone keeps k = 1 (and runs at T > 0 only)
+}

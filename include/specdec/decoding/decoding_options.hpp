@@ -91,6 +91,13 @@ struct GenerationStats {
     [[nodiscard]] double tokens_per_second() const {
         return total_seconds <= 0.0 ? 0.0 : static_cast<double>(generated_tokens) / total_seconds;
     }
+    // Generation after the prompt: the time of the steps, without the prefill
+    // (which the first token waits for; prefill_seconds times it).
+    [[nodiscard]] double decode_seconds() const { return std::max(0.0, total_seconds - prefill_seconds); }
+    [[nodiscard]] double decode_tokens_per_second() const {
+        const double seconds = decode_seconds();
+        return seconds <= 0.0 ? 0.0 : static_cast<double>(generated_tokens) / seconds;
+    }
 
     // Adds another call's or step's counts and times (prompt_tokens too).
     GenerationStats& operator+=(const GenerationStats& other) {
