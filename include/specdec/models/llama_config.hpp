@@ -33,7 +33,7 @@ struct LlamaConfig {
     RopeStyle rope_style = RopeStyle::adjacent_pairs;
     // One divisor per rotary pair's frequency (the tensor rope_freqs.weight, which
     // is how GGUF files carry Llama 3's frequency scaling); empty = all 1.
-    std::vector<float> rope_frequency_factors;
+    std::vector<float> rope_frequency_factors{};
 
     [[nodiscard]] std::size_t kv_heads() const noexcept { return kv_head_count == 0 ? head_count : kv_head_count; }
     [[nodiscard]] std::size_t head_dim() const noexcept { return head_count == 0 ? 0 : embedding_dim / head_count; }

@@ -22,10 +22,10 @@
 #include <limits>
 #include <span>
 
+#include "specdec/core/cpu_features.hpp"
 #include "specdec/sampling/fast_exp.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
 #include <immintrin.h>
 #define SPECDEC_SAMPLING_X86 1
 #define SPECDEC_SAMPLING_AVX2 __attribute__((target("avx2,fma")))
@@ -35,28 +35,7 @@
 
 namespace specdec::detail {
 
-inline bool query_sampling_avx2() noexcept {
-    if (const char* off = std::getenv("SPECDEC_DISABLE_SIMD"); off != nullptr && *off != '\0' && *off != '0') return false;
-#if SPECDEC_SAMPLING_X86
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
-    const bool fma = (ecx >> 12) & 1u, osxsave = (ecx >> 27) & 1u, avx = (ecx >> 28) & 1u;
-    if (!(fma && osxsave && avx)) return false;
-    unsigned xcr0_low = 0, xcr0_high = 0;
-    __asm__ volatile("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
-    (void)xcr0_high;
-    if ((xcr0_low & 0x6u) != 0x6u) return false;
-    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-    return (ebx >> 5) & 1u;
-#else
-    return false;
-#endif
-}
-
-inline bool sampling_avx2() noexcept {
-    static const bool available = query_sampling_avx2();
-    return available;
-}
+inline bool sampling_avx2() noexcept { return cpu_features().avx2_fma; }
 
 // Result of the checked maximum: NaN or +inf anywhere makes `bad` true.
 struct RowMax {
