@@ -118,7 +118,10 @@ inline void print_table(std::ostream& out, const BenchReport& report) {
     for (const ConfigurationResult& r : report.configurations) {
         const ConfigurationResult::StepTimes t = r.step_times();
         std::string lengths;
-        for (const std::size_t count : r.speculative.draft_length_counts) lengths += (lengths.empty() ? "" : " ") + std::to_string(count);
+        for (const std::size_t count : r.speculative.draft_length_counts) {
+            if (!lengths.empty()) lengths += ' ';
+            lengths += std::to_string(count);
+        }
         out << detail::format("%4.2g  %-13s %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f  ", r.temperature, r.label().c_str(),
                               t.draft * 1e3, t.target * 1e3, t.acceptance * 1e3, t.other * 1e3,
                               (t.draft + t.target + t.acceptance + t.other) * 1e3, t.predicted * 1e3, r.mean_draft_length())

@@ -76,13 +76,13 @@ enum class SyntheticDraftKind {
 struct SyntheticOptions {
     std::string size = "tiny";     // "tiny" (tests, ~0.5M params) or "100m" (benchmarks, ~134M params, F16)
     std::uint64_t seed = 1;
-    std::optional<WeightType> target_storage;        // override the shape's storage type
-    std::optional<std::size_t> early_exit_layers;    // override the shape's early-exit depth
-    std::optional<float> logit_std;                   // override the shape's output head scale
-    std::optional<float> residual_scale;              // override the shape's residual scale
+    std::optional<WeightType> target_storage{};        // override the shape's storage type
+    std::optional<std::size_t> early_exit_layers{};    // override the shape's early-exit depth
+    std::optional<float> logit_std{};                   // override the shape's output head scale
+    std::optional<float> residual_scale{};              // override the shape's residual scale
     std::size_t threads = 0;                          // see LlamaOptions
     std::size_t max_context = 0;                      // see LlamaOptions
-    std::shared_ptr<cpu::ThreadPool> thread_pool;     // share one pool between target and draft
+    std::shared_ptr<cpu::ThreadPool> thread_pool{};     // share one pool between target and draft
 };
 
 namespace detail {
