@@ -71,6 +71,40 @@ TEST_CASE("passes of up to 512 tokens give the logits of one-token passes for ev
     }
 }
 
+TEST_CASE("a model mixing dense and block-quantised matrices gives wide passes bitwise equal to one-token passes",
+          "[model][wide]") {
+    // Q8_0 matrices with an F16 ffn_down, as llama.cpp writes when a row length
+    // is not a multiple of the 32-value block. The F16 products feed the 8-bit
+    // activations of the next layer's Q8_0 products, so a blocked product,
+    // equal only up to float rounding, would now and then move a value by a
+    // whole quantisation step.
+    const LlamaModel quantized =
+        specdec::make_synthetic_target({.size = "tiny", .seed = 5, .target_storage = WeightType::q8_0, .threads = 2});
+    specdec::LlamaWeights weights = quantized.weights();
+    // Each layer's ffn_down re-encoded in F16.
+    std::vector<std::vector<std::byte>> dense_storage(weights.layers.size());
+    for (std::size_t l = 0; l < weights.layers.size(); ++l) {
+        specdec::WeightMatrix& down = weights.layers[l].ffn_down;
+        const std::size_t row_bytes = specdec::weight_row_bytes(WeightType::f16, down.cols);
+        dense_storage[l].resize(down.rows * row_bytes);
+        std::vector<float> values(down.cols);
+        for (std::size_t r = 0; r < down.rows; ++r) {
+            specdec::cpu::dequantize_row(down, r, values.data());
+            specdec::cpu::quantize_row(WeightType::f16, values.data(), down.cols, dense_storage[l].data() + r * row_bytes);
+        }
+        down = specdec::WeightMatrix{WeightType::f16, down.rows, down.cols, dense_storage[l].data()};
+    }
+    LlamaModel model(std::move(weights), {.threads = 2});
+    const std::vector<Token> tokens = prompt_tokens(64, model.vocab_size());
+    const auto reference = specdec::test::logits_one_by_one(model, tokens);
+    model.truncate(0);
+    const auto view = model.forward(tokens);
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+        INFO("row " << i);
+        CHECK(specdec::test::max_abs_difference(view.row(i), reference[i]) == 0.0f);
+    }
+}
+
 TEST_CASE("forward_last returns the last row of forward and leaves the same cache", "[model][wide]") {
     LlamaModel model = specdec::make_synthetic_target({.size = "tiny", .seed = 2, .threads = 2});
     const std::vector<Token> tokens = prompt_tokens(100, model.vocab_size());

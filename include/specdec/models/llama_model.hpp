@@ -53,9 +53,10 @@ public:
         }
         if (options.check_tensors) weights_.check_finite(name_);
         // Block-quantised products round their activations to 8 bits, so a
-        // wide pass over them must reproduce the one-token sums bitwise, and
-        // attention as matrix products (equal up to float rounding) is for
-        // models without such matrices only (see cpu::matmul).
+        // wide pass over them must reproduce the one-token sums bitwise: the
+        // blocked products of dense matrices and attention as matrix products
+        // (equal up to float rounding) are for models without such matrices
+        // only (see cpu::matmul).
         quantized_ = is_block_quantized(weights_.output.type);
         for (const LlamaLayerWeights& l : weights_.layers) {
             for (const WeightMatrix* m : {&l.query, &l.key, &l.value, &l.attention_output, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) {
@@ -129,27 +130,27 @@ private:
                 {&w.key, k_.data(), kv_dim, false},
                 {&w.value, v_.data(), kv_dim, false},
             };
-            cpu::matmul(*pool_, qkv, normed_.data(), dim, n);
+            cpu::matmul(*pool_, qkv, normed_.data(), dim, n, !quantized_);
             add_qkv_biases(w, n);
             apply_rope(n);
             store_keys_values(layer, past, n);
             attention(layer, past, n);
-            cpu::matmul(*pool_, w.attention_output, attention_out_.data(), dim, n, x_.data(), dim, /*accumulate=*/true);
+            cpu::matmul(*pool_, w.attention_output, attention_out_.data(), dim, n, x_.data(), dim, /*accumulate=*/true, !quantized_);
 
             for (std::size_t i = 0; i < n; ++i) cpu::rms_norm(&x_[i * dim], w.ffn_norm.data(), dim, c.rms_norm_eps, &normed_[i * dim]);
             const cpu::MatmulTarget gate_up[] = {
                 {&w.ffn_gate, gate_.data(), ffn, false},
                 {&w.ffn_up, up_.data(), ffn, false},
             };
-            cpu::matmul(*pool_, gate_up, normed_.data(), dim, n);
+            cpu::matmul(*pool_, gate_up, normed_.data(), dim, n, !quantized_);
             cpu::swiglu(gate_.data(), up_.data(), n * ffn);
-            cpu::matmul(*pool_, w.ffn_down, gate_.data(), ffn, n, x_.data(), dim, /*accumulate=*/true);
+            cpu::matmul(*pool_, w.ffn_down, gate_.data(), ffn, n, x_.data(), dim, /*accumulate=*/true, !quantized_);
         }
         const std::size_t first_row = all_rows ? 0 : n - 1, rows = n - first_row;
         for (std::size_t i = first_row; i < n; ++i) {
             cpu::rms_norm(&x_[i * dim], weights_.output_norm.data(), dim, c.rms_norm_eps, &normed_[(i - first_row) * dim]);
         }
-        cpu::matmul(*pool_, weights_.output, normed_.data(), dim, rows, logits_.data(), c.vocab_size);
+        cpu::matmul(*pool_, weights_.output, normed_.data(), dim, rows, logits_.data(), c.vocab_size, false, !quantized_);
         cache_.set_size(past + n);
         return LogitsView{logits_.data(), rows, c.vocab_size, c.vocab_size};
     }

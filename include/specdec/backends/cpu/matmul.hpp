@@ -275,19 +275,22 @@ inline void matmul_wide(ThreadPool& pool, std::span<const MatmulTarget> targets,
 // to float rounding. Block-quantised weights stay on the integer kernels at
 // every width: they round the activations to 8 bits, which turns a float
 // rounding difference into a whole quantisation step now and then, so only
-// bitwise-equal sums keep a wide pass equal to one-token passes.
+// bitwise-equal sums keep a wide pass equal to one-token passes. For the same
+// reason a model that mixes dense and block-quantised matrices passes
+// allow_blocked = false: its dense products feed quantised ones, so they too
+// stay on the tile path at every width.
 inline void matmul(ThreadPool& pool, std::span<const MatmulTarget> targets, const float* x, std::size_t x_stride,
-                   std::size_t columns) {
+                   std::size_t columns, bool allow_blocked = true) {
     const bool dense = std::none_of(targets.begin(), targets.end(),
                                     [](const MatmulTarget& t) { return is_block_quantized(t.weight->type); });
-    if (columns > kWideColumns && dense) detail::matmul_wide(pool, targets, x, x_stride, columns);
+    if (columns > kWideColumns && dense && allow_blocked) detail::matmul_wide(pool, targets, x, x_stride, columns);
     else detail::matmul_tiles(pool, targets, x, x_stride, columns);
 }
 
 inline void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, std::size_t x_stride, std::size_t columns,
-                   float* y, std::size_t y_stride, bool accumulate = false) {
+                   float* y, std::size_t y_stride, bool accumulate = false, bool allow_blocked = true) {
     const MatmulTarget target{&w, y, y_stride, accumulate};
-    matmul(pool, std::span<const MatmulTarget>(&target, 1), x, x_stride, columns);
+    matmul(pool, std::span<const MatmulTarget>(&target, 1), x, x_stride, columns, allow_blocked);
 }
 
 }  // namespace specdec::cpu
