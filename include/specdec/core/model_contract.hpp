@@ -60,7 +60,9 @@ concept LastRowLM = CausalLM<Model> && requires(Model& model, std::span<const To
 //      itself does not grow: cached_tokens() is unchanged until commit_tree.
 //      Throws specdec::Error (and leaves the cache and the pending tree as
 //      they were) for an id out of range, a parent that is not an earlier
-//      node, or a tree deeper than the free context.
+//      node, a tree deeper than the free context, or a pending tree of more
+//      nodes than the free context holds (context_length() - cached_tokens()):
+//      a model may keep the pending nodes in its free cache slots.
 //  commit_tree(path)
 //      appends the nodes of `path` to the cache, in order, without
 //      recomputing them, and empties the pending tree. path[0] must have

@@ -5,11 +5,14 @@
 //
 // forward(tokens) is one batched pass: every weight matrix is streamed once
 // and multiplied by the block of all new tokens (see backends/cpu/matmul.hpp),
-// and attention is causal over the cache plus the new tokens. Satisfies
-// specdec::CausalLM.
+// and attention is causal over the cache plus the new tokens. forward_tree is
+// the same pass over the nodes of a token tree, each node attending to the
+// cache and its own ancestors. Satisfies specdec::CausalLM, LastRowLM and
+// TreeLM.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <span>
@@ -88,6 +91,7 @@ public:
             throw Error("truncate(" + std::to_string(positions) + ") beyond the " + std::to_string(cache_.size()) +
                         " cached positions of " + name_);
         }
+        discard_pending_tree();
         cache_.set_size(positions);
     }
 
@@ -99,27 +103,154 @@ public:
     // all of them, which is what prefilling a prompt needs.
     LogitsView forward_last(std::span<const Token> tokens) { return forward_rows(tokens, /*all_rows=*/false); }
 
+    // The tree pass of specdec::TreeLM (see core/model_contract.hpp). The
+    // pending tree's keys and values sit in the free cache slots: node j of
+    // the pending tree in slot cached_tokens() + j, so a pending tree holds at
+    // most context_length() - cached_tokens() nodes. Each node attends to the
+    // cache and to the slots of its ancestors, in order of depth, which for a
+    // chain are the slots forward() would use: the rows equal forward()'s up
+    // to the rounding of products over a different number of columns.
+    LogitsView forward_tree(std::span<const Token> tokens, std::span<const std::int32_t> parents) {
+        const LlamaConfig& c = weights_.config;
+        const std::size_t n = tokens.size(), past = cache_.size(), pending = pending_parents_.size();
+        if (parents.size() != n) {
+            throw Error(name_ + ": forward_tree of " + std::to_string(n) + " tokens with " + std::to_string(parents.size()) +
+                        " parents; expected one parent per token");
+        }
+        check_token_ids(tokens);
+        const std::size_t free_slots = cache_.capacity() - past;
+        // Validated into the pending tree, rolled back on any failure, so that
+        // an error leaves the tree as it was.
+        struct Rollback {
+            LlamaModel& model;
+            std::size_t size;
+            bool armed = true;
+            ~Rollback() {
+                if (armed) {
+                    model.pending_parents_.resize(size);
+                    model.pending_depths_.resize(size);
+                }
+            }
+        } rollback{*this, pending};
+        for (std::size_t i = 0; i < n; ++i) {
+            const std::int32_t parent = parents[i];
+            const std::size_t node = pending + i;
+            if (parent < -1 || (parent >= 0 && static_cast<std::size_t>(parent) >= node)) {
+                throw Error(name_ + ": forward_tree parent " + std::to_string(parent) + " of node " + std::to_string(node) +
+                            " (index " + std::to_string(i) + " of this call) is not an earlier node; expected -1 or a node in [0, " +
+                            std::to_string(node) + ")");
+            }
+            const std::size_t depth = parent < 0 ? 1 : pending_depths_[static_cast<std::size_t>(parent)] + 1;
+            if (depth > free_slots) {
+                throw Error(name_ + ": forward_tree node " + std::to_string(node) + " at depth " + std::to_string(depth) + " after " +
+                            std::to_string(past) + " cached positions overflows the context length " +
+                            std::to_string(cache_.capacity()));
+            }
+            pending_parents_.push_back(parent);
+            pending_depths_.push_back(depth);
+        }
+        if (pending + n > free_slots) {
+            throw Error(name_ + ": forward_tree of " + std::to_string(n) + " nodes after " + std::to_string(pending) +
+                        " pending nodes needs " + std::to_string(pending + n) + " free cache slots; expected at most " +
+                        std::to_string(free_slots) + " (context length " + std::to_string(cache_.capacity()) + ", " +
+                        std::to_string(past) + " cached positions)");
+        }
+        if (n == 0) {
+            rollback.armed = false;
+            return LogitsView{logits_.data(), 0, c.vocab_size, c.vocab_size};
+        }
+        reserve(n);
+        build_ancestor_runs(past, pending, n);
+        compute_rope_angles(n, [&](std::size_t i) { return past + pending_depths_[pending + i] - 1; });
+        const LogitsView view = run_pass(tokens, past + pending, /*all_rows=*/true,
+                                         [&](std::size_t layer) { tree_attention(layer, n); });
+        rollback.armed = false;
+        return view;
+    }
+
+    // Appends the pending nodes of `path` (a root-to-node path) to the cache
+    // by copying their keys and values to the slots after the cache; an empty
+    // path only discards the pending tree.
+    void commit_tree(std::span<const std::int32_t> path) {
+        const std::size_t pending = pending_parents_.size(), past = cache_.size();
+        for (std::size_t k = 0; k < path.size(); ++k) {
+            const std::int32_t node = path[k];
+            if (node < 0 || static_cast<std::size_t>(node) >= pending) {
+                throw Error(name_ + ": commit_tree node " + std::to_string(node) + " at path index " + std::to_string(k) +
+                            " is not in the pending tree; expected a node in [0, " + std::to_string(pending) + ")");
+            }
+            const std::int32_t expected_parent = k == 0 ? -1 : path[k - 1];
+            if (pending_parents_[static_cast<std::size_t>(node)] != expected_parent) {
+                throw Error(name_ + ": commit_tree node " + std::to_string(node) + " at path index " + std::to_string(k) +
+                            " has parent " + std::to_string(pending_parents_[static_cast<std::size_t>(node)]) + "; expected " +
+                            (k == 0 ? std::string("-1 (a child of the cache)") : "node " + std::to_string(expected_parent)) +
+                            ", as in a root-to-node path");
+            }
+        }
+        // Node path[k] has index >= k (its k ancestors come before it), so
+        // copying in path order never overwrites a slot still to be read.
+        const LlamaConfig& c = weights_.config;
+        const std::size_t hd = c.head_dim();
+        for (std::size_t k = 0; k < path.size(); ++k) {
+            const std::size_t from = past + static_cast<std::size_t>(path[k]), to = past + k;
+            if (from == to) continue;
+            for (std::size_t layer = 0; layer < c.layer_count; ++layer) {
+                for (std::size_t h = 0; h < c.kv_heads(); ++h) {
+                    std::copy_n(cache_.keys(layer, h, from), hd, cache_.keys(layer, h, to));
+                    std::copy_n(cache_.values(layer, h, from), hd, cache_.values(layer, h, to));
+                }
+            }
+        }
+        cache_.set_size(past + path.size());
+        discard_pending_tree();
+    }
+
+    // Nodes of the pending tree (forward_tree calls since the last commit).
+    [[nodiscard]] std::size_t pending_tree_nodes() const noexcept { return pending_parents_.size(); }
+
 private:
+    void check_token_ids(std::span<const Token> tokens) const {
+        const std::size_t vocab = weights_.config.vocab_size;
+        for (std::size_t i = 0; i < tokens.size(); ++i) {
+            if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= vocab) {
+                throw Error(name_ + ": token id " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
+                            " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+            }
+        }
+    }
+
+    void discard_pending_tree() noexcept {
+        pending_parents_.clear();
+        pending_depths_.clear();
+    }
+
     LogitsView forward_rows(std::span<const Token> tokens, bool all_rows) {
         const LlamaConfig& c = weights_.config;
         const std::size_t n = tokens.size();
         const std::size_t past = cache_.size();
-        for (std::size_t i = 0; i < n; ++i) {
-            if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= c.vocab_size) {
-                throw Error(name_ + ": token id " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
-                            " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
-            }
-        }
+        check_token_ids(tokens);
         if (past + n > cache_.capacity()) {
             throw Error(name_ + ": forward of " + std::to_string(n) + " tokens after " + std::to_string(past) +
                         " cached positions overflows the context length " + std::to_string(cache_.capacity()));
         }
+        discard_pending_tree();
         if (n == 0) return LogitsView{logits_.data(), 0, c.vocab_size, c.vocab_size};
         reserve(n);
+        compute_rope_angles(n, [past](std::size_t i) { return past + i; });
+        const LogitsView view = run_pass(tokens, past, all_rows, [&](std::size_t layer) { attention(layer, past, n); });
+        cache_.set_size(past + n);
+        return view;
+    }
 
+    // The layers and the output head over n = tokens.size() rows whose RoPE
+    // angles are computed; keys and values go to the cache slots first_slot..,
+    // and attend(layer) fills attention_out_ from q_ and the cache.
+    template <class Attend>
+    LogitsView run_pass(std::span<const Token> tokens, std::size_t first_slot, bool all_rows, Attend&& attend) {
+        const LlamaConfig& c = weights_.config;
+        const std::size_t n = tokens.size();
         const std::size_t dim = c.embedding_dim, kv_dim = c.kv_dim(), ffn = c.feed_forward_dim;
         for (std::size_t i = 0; i < n; ++i) cpu::dequantize_row(weights_.token_embedding, static_cast<std::size_t>(tokens[i]), &x_[i * dim]);
-        compute_rope_angles(past, n);
 
         for (std::size_t layer = 0; layer < c.layer_count; ++layer) {
             const LlamaLayerWeights& w = weights_.layers[layer];
@@ -133,8 +264,8 @@ private:
             cpu::matmul(*pool_, qkv, normed_.data(), dim, n, !quantized_);
             add_qkv_biases(w, n);
             apply_rope(n);
-            store_keys_values(layer, past, n);
-            attention(layer, past, n);
+            store_keys_values(layer, first_slot, n);
+            attend(layer);
             cpu::matmul(*pool_, w.attention_output, attention_out_.data(), dim, n, x_.data(), dim, /*accumulate=*/true, !quantized_);
 
             for (std::size_t i = 0; i < n; ++i) cpu::rms_norm(&x_[i * dim], w.ffn_norm.data(), dim, c.rms_norm_eps, &normed_[i * dim]);
@@ -151,7 +282,6 @@ private:
             cpu::rms_norm(&x_[i * dim], weights_.output_norm.data(), dim, c.rms_norm_eps, &normed_[(i - first_row) * dim]);
         }
         cpu::matmul(*pool_, weights_.output, normed_.data(), dim, rows, logits_.data(), c.vocab_size, false, !quantized_);
-        cache_.set_size(past + n);
         return LogitsView{logits_.data(), rows, c.vocab_size, c.vocab_size};
     }
 
@@ -173,11 +303,13 @@ private:
         grow(rope_sin_, n * inverse_frequencies_.size());
     }
 
-    void compute_rope_angles(std::size_t past, std::size_t n) {
+    // RoPE angles of rows [0, n), row i at position position_of(i).
+    template <class PositionOf>
+    void compute_rope_angles(std::size_t n, PositionOf position_of) {
         const std::size_t pairs = inverse_frequencies_.size();
         const float position_scale = 1.0f / weights_.config.rope_linear_scale;
         for (std::size_t i = 0; i < n; ++i) {
-            const float position = static_cast<float>(past + i) * position_scale;
+            const float position = static_cast<float>(position_of(i)) * position_scale;
             for (std::size_t p = 0; p < pairs; ++p) {
                 const float angle = position * inverse_frequencies_[p];
                 rope_cos_[i * pairs + p] = std::cos(angle);
@@ -214,14 +346,14 @@ private:
         }
     }
 
-    // Copies the new tokens' keys and values into the head-major cache.
-    void store_keys_values(std::size_t layer, std::size_t past, std::size_t n) {
+    // Copies the new rows' keys and values into the head-major cache, row i at slot first_slot + i.
+    void store_keys_values(std::size_t layer, std::size_t first_slot, std::size_t n) {
         const LlamaConfig& c = weights_.config;
         const std::size_t hd = c.head_dim();
         for (std::size_t i = 0; i < n; ++i) {
             for (std::size_t h = 0; h < c.kv_heads(); ++h) {
-                std::copy_n(&k_[i * c.kv_dim() + h * hd], hd, cache_.keys(layer, h, past + i));
-                std::copy_n(&v_[i * c.kv_dim() + h * hd], hd, cache_.values(layer, h, past + i));
+                std::copy_n(&k_[i * c.kv_dim() + h * hd], hd, cache_.keys(layer, h, first_slot + i));
+                std::copy_n(&v_[i * c.kv_dim() + h * hd], hd, cache_.values(layer, h, first_slot + i));
             }
         }
     }
@@ -255,6 +387,53 @@ private:
         });
     }
 
+    // The cache slots each new tree node attends to: [0, past) and the slots
+    // of its ancestors and itself in order of depth, as runs of consecutive
+    // slots (one run for a chain). Node i's runs are
+    // tree_runs_[tree_run_offsets_[i] .. tree_run_offsets_[i + 1]).
+    void build_ancestor_runs(std::size_t past, std::size_t pending, std::size_t n) {
+        tree_runs_.clear();
+        tree_run_offsets_.assign(1, 0);
+        tree_visible_ = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            const std::size_t node = pending + i, depth = pending_depths_[node];
+            ancestors_.resize(depth);
+            std::size_t a = node;
+            for (std::size_t d = depth; d-- > 0;) {
+                ancestors_[d] = a;
+                a = static_cast<std::size_t>(pending_parents_[a]);  // wraps for the root's -1, never read
+            }
+            const std::size_t first_run = tree_runs_.size();
+            if (past > 0) tree_runs_.push_back({0, past});
+            for (const std::size_t ancestor : ancestors_) {
+                const std::size_t slot = past + ancestor;
+                if (tree_runs_.size() > first_run && tree_runs_.back().first + tree_runs_.back().count == slot) {
+                    ++tree_runs_.back().count;
+                } else {
+                    tree_runs_.push_back({slot, 1});
+                }
+            }
+            tree_run_offsets_.push_back(tree_runs_.size());
+            tree_visible_ = std::max(tree_visible_, past + depth);
+        }
+    }
+
+    // Softmax attention of the n new tree nodes over the runs of build_ancestor_runs.
+    void tree_attention(std::size_t layer, std::size_t n) {
+        const LlamaConfig& c = weights_.config;
+        const std::size_t hd = c.head_dim(), heads = c.head_count, group = c.head_count / c.kv_heads();
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        pool_->parallel_for(n * heads, [&](std::size_t task) {
+            const std::size_t i = task / heads, h = task % heads, kv_head = h / group;
+            thread_local std::vector<float> scores;
+            if (scores.size() < tree_visible_) scores.resize(tree_visible_);
+            const std::size_t first_run = tree_run_offsets_[i];
+            cpu::attend_runs(&q_[i * c.embedding_dim + h * hd], cache_.keys(layer, kv_head, 0), cache_.values(layer, kv_head, 0), hd,
+                             &tree_runs_[first_run], tree_run_offsets_[i + 1] - first_run, hd, scale, scores.data(),
+                             &attention_out_[i * c.embedding_dim + h * hd]);
+        });
+    }
+
     LlamaWeights weights_;
     std::string name_;
     std::shared_ptr<cpu::ThreadPool> pool_;
@@ -263,8 +442,17 @@ private:
     bool quantized_ = false;  // some matrix is block-quantised
     // Activations of the current forward, n rows each (reused between calls).
     std::vector<float> x_, normed_, q_, k_, v_, attention_out_, gate_, up_, logits_, rope_cos_, rope_sin_;
+    // The pending tree: each node's parent (-1 = a child of the cache) and depth (1 = a child of the cache).
+    std::vector<std::int32_t> pending_parents_;
+    std::vector<std::size_t> pending_depths_;
+    // The current forward_tree's attention rows (see build_ancestor_runs).
+    std::vector<cpu::RowRun> tree_runs_;
+    std::vector<std::size_t> tree_run_offsets_, ancestors_;
+    std::size_t tree_visible_ = 0;  // the most rows one node attends to
 };
 
 static_assert(CausalLM<LlamaModel>);
+static_assert(LastRowLM<LlamaModel>);
+static_assert(TreeLM<LlamaModel>);
 
 }  // namespace specdec

@@ -86,27 +86,51 @@ inline void rope_rotate_halves(float* head, const float* cosines, const float* s
     }
 }
 
+// A run of consecutive rows [first, first + count) of a head's keys and values.
+struct RowRun {
+    std::size_t first = 0, count = 0;
+};
+
 namespace detail {
+
+// Rows of keys and values visited by one query: the runs in order, row j of
+// run r at + (runs[r].first + j) * stride. One run [0, positions) is causal
+// attention over a cache; a tree node visits the cache and its ancestors.
+template <class Visit>
+inline void for_each_row(const RowRun* runs, std::size_t run_count, Visit visit) {
+    std::size_t t = 0;
+    for (std::size_t r = 0; r < run_count; ++r) {
+        for (std::size_t j = runs[r].first, end = runs[r].first + runs[r].count; j < end; ++j) visit(t++, j);
+    }
+}
+
+inline void attend_runs_scalar(const float* q, const float* keys, const float* values, std::size_t stride, const RowRun* runs,
+                               std::size_t run_count, std::size_t head_dim, float scale, float* scores, float* out) {
+    float max_score = -INFINITY;
+    std::size_t positions = 0;
+    for_each_row(runs, run_count, [&](std::size_t t, std::size_t j) {
+        float s = 0.0f;
+        for (std::size_t i = 0; i < head_dim; ++i) s += q[i] * keys[j * stride + i];
+        scores[t] = s * scale;
+        max_score = std::max(max_score, scores[t]);
+        positions = t + 1;
+    });
+    float total = 0.0f;
+    for (std::size_t t = 0; t < positions; ++t) {
+        scores[t] = std::exp(scores[t] - max_score);
+        total += scores[t];
+    }
+    std::fill(out, out + head_dim, 0.0f);
+    for_each_row(runs, run_count, [&](std::size_t t, std::size_t j) {
+        const float weight = scores[t] / total;
+        for (std::size_t i = 0; i < head_dim; ++i) out[i] += weight * values[j * stride + i];
+    });
+}
 
 inline void attend_scalar(const float* q, const float* keys, const float* values, std::size_t stride, std::size_t positions,
                           std::size_t head_dim, float scale, float* scores, float* out) {
-    float max_score = -INFINITY;
-    for (std::size_t j = 0; j < positions; ++j) {
-        float s = 0.0f;
-        for (std::size_t i = 0; i < head_dim; ++i) s += q[i] * keys[j * stride + i];
-        scores[j] = s * scale;
-        max_score = std::max(max_score, scores[j]);
-    }
-    float total = 0.0f;
-    for (std::size_t j = 0; j < positions; ++j) {
-        scores[j] = std::exp(scores[j] - max_score);
-        total += scores[j];
-    }
-    std::fill(out, out + head_dim, 0.0f);
-    for (std::size_t j = 0; j < positions; ++j) {
-        const float weight = scores[j] / total;
-        for (std::size_t i = 0; i < head_dim; ++i) out[i] += weight * values[j * stride + i];
-    }
+    const RowRun all{0, positions};
+    attend_runs_scalar(q, keys, values, stride, &all, 1, head_dim, scale, scores, out);
 }
 
 #if SPECDEC_HAS_X86_KERNELS
@@ -129,23 +153,28 @@ SPECDEC_AVX2_TARGET inline __m256 exp_nonpositive_avx2(__m256 x) {
     return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), exponent));
 }
 
-// One query head against `positions` cached keys/values (row j at keys + j *
-// stride): scores, softmax and the weighted sum of values in one pass over
-// the cache, with no call per position. head_dim must be a multiple of 8.
-SPECDEC_AVX2_TARGET inline void attend_avx2(const float* q, const float* keys, const float* values, std::size_t stride,
-                                            std::size_t positions, std::size_t head_dim, float scale, float* scores, float* out) {
+// One query head against the cached keys/values of `runs` (see
+// for_each_row): scores, softmax and the weighted sum of values in one pass
+// over the rows, with no call per position. head_dim must be a multiple of 8.
+SPECDEC_AVX2_TARGET inline void attend_runs_avx2(const float* q, const float* keys, const float* values, std::size_t stride,
+                                                 const RowRun* runs, std::size_t run_count, std::size_t head_dim, float scale,
+                                                 float* scores, float* out) {
     float max_score = -INFINITY;
-    for (std::size_t j = 0; j < positions; ++j) {
-        const float* k = keys + j * stride;
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-        std::size_t i = 0;
-        for (; i + 16 <= head_dim; i += 16) {
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_loadu_ps(k + i + 8), a1);
+    std::size_t positions = 0;
+    for (std::size_t r = 0; r < run_count; ++r) {
+        for (std::size_t j = runs[r].first, end = runs[r].first + runs[r].count; j < end; ++j) {
+            const float* k = keys + j * stride;
+            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+            std::size_t i = 0;
+            for (; i + 16 <= head_dim; i += 16) {
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), a0);
+                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_loadu_ps(k + i + 8), a1);
+            }
+            if (i < head_dim) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), a0);
+            scores[positions] = horizontal_sum(_mm256_add_ps(a0, a1)) * scale;
+            max_score = std::max(max_score, scores[positions]);
+            ++positions;
         }
-        if (i < head_dim) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), a0);
-        scores[j] = horizontal_sum(_mm256_add_ps(a0, a1)) * scale;
-        max_score = std::max(max_score, scores[j]);
     }
     const __m256 max_vector = _mm256_set1_ps(max_score);
     __m256 total_vector = _mm256_setzero_ps();
@@ -166,19 +195,25 @@ SPECDEC_AVX2_TARGET inline void attend_avx2(const float* q, const float* keys, c
         const std::size_t slices = std::min<std::size_t>(8, (head_dim - d0) / 8);
         __m256 acc[8];
         for (int s = 0; s < 8; ++s) acc[s] = _mm256_setzero_ps();
-        if (slices == 8) {
-            for (std::size_t p = 0; p < positions; ++p) {
-                const __m256 weight = _mm256_set1_ps(scores[p]);
-                const float* v = values + p * stride + d0;
+        const float* weights = scores;
+        for (std::size_t r = 0; r < run_count; ++r) {
+            const float* run_values = values + runs[r].first * stride + d0;
+            const std::size_t count = runs[r].count;
+            if (slices == 8) {
+                for (std::size_t p = 0; p < count; ++p) {
+                    const __m256 weight = _mm256_set1_ps(weights[p]);
+                    const float* v = run_values + p * stride;
 #pragma GCC unroll 8
-                for (int s = 0; s < 8; ++s) acc[s] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(v + 8 * s), acc[s]);
+                    for (int s = 0; s < 8; ++s) acc[s] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(v + 8 * s), acc[s]);
+                }
+            } else {
+                for (std::size_t p = 0; p < count; ++p) {
+                    const __m256 weight = _mm256_set1_ps(weights[p]);
+                    const float* v = run_values + p * stride;
+                    for (std::size_t s = 0; s < slices; ++s) acc[s] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(v + 8 * s), acc[s]);
+                }
             }
-        } else {
-            for (std::size_t p = 0; p < positions; ++p) {
-                const __m256 weight = _mm256_set1_ps(scores[p]);
-                const float* v = values + p * stride + d0;
-                for (std::size_t s = 0; s < slices; ++s) acc[s] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(v + 8 * s), acc[s]);
-            }
+            weights += count;
         }
         const __m256 normaliser = _mm256_set1_ps(inverse_total);
         for (std::size_t s = 0; s < slices; ++s) _mm256_storeu_ps(out + d0 + 8 * s, _mm256_mul_ps(acc[s], normaliser));
@@ -188,15 +223,27 @@ SPECDEC_AVX2_TARGET inline void attend_avx2(const float* q, const float* keys, c
 
 }  // namespace detail
 
-// Causal attention of one query head over `positions` cached rows (row j of
-// keys and values at + j * stride): softmax(q . k_j * scale) weighted sum of
-// v_j into out[head_dim]. `scores` is scratch of at least `positions` floats.
+// Softmax attention of one query head over the rows of `runs`, in order (row
+// j of keys and values at + j * stride): softmax(q . k_j * scale) weighted
+// sum of v_j into out[head_dim]. `scores` is scratch of at least as many
+// floats as the runs hold rows, and the runs hold at least one row.
+inline void attend_runs(const float* q, const float* keys, const float* values, std::size_t stride, const RowRun* runs,
+                        std::size_t run_count, std::size_t head_dim, float scale, float* scores, float* out) {
+#if SPECDEC_HAS_X86_KERNELS
+    if (avx2_available() && head_dim % 8 == 0) {
+        return detail::attend_runs_avx2(q, keys, values, stride, runs, run_count, head_dim, scale, scores, out);
+    }
+#endif
+    detail::attend_runs_scalar(q, keys, values, stride, runs, run_count, head_dim, scale, scores, out);
+}
+
+// Causal softmax attention of one query head over the cached rows [0,
+// positions) (row j of keys and values at + j * stride). `scores` is scratch
+// of at least `positions` floats.
 inline void attend(const float* q, const float* keys, const float* values, std::size_t stride, std::size_t positions,
                    std::size_t head_dim, float scale, float* scores, float* out) {
-#if SPECDEC_HAS_X86_KERNELS
-    if (avx2_available() && head_dim % 8 == 0) return detail::attend_avx2(q, keys, values, stride, positions, head_dim, scale, scores, out);
-#endif
-    detail::attend_scalar(q, keys, values, stride, positions, head_dim, scale, scores, out);
+    const RowRun all{0, positions};
+    attend_runs(q, keys, values, stride, &all, 1, head_dim, scale, scores, out);
 }
 
 }  // namespace specdec::cpu
