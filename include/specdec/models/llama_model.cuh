@@ -15,6 +15,10 @@
 // device, runs the sampling transforms and the acceptance rule there, and
 // copies back only the accepted count and the next token).
 //
+// Chain-only: it has no tree pass (specdec::TreeLM: forward_tree,
+// commit_tree), so the tree decoders do not compile with it as their model;
+// the chain decoders run it. The CPU LlamaModel has the tree pass.
+//
 // Launch overhead: the sequence of kernels for a given (tokens, logits rows)
 // shape is captured once into a CUDA graph and replayed; the number of cached
 // positions is read by the kernels from device memory, so one graph serves
@@ -405,5 +409,7 @@ private:
 
 static_assert(CausalLM<CudaLlamaModel>);
 static_assert(DeviceVerifyingLM<CudaLlamaModel, TokenwiseRejection>);
+// Stated so that giving the model a tree pass is a deliberate change of this line.
+static_assert(!TreeLM<CudaLlamaModel>, "CudaLlamaModel is chain-only: it has no forward_tree / commit_tree");
 
 }  // namespace specdec::cuda
