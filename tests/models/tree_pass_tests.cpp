@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -475,6 +476,34 @@ TEST_CASE("attention over runs of rows equals attention over the same rows gathe
     CHECK(specdec::test::max_abs_difference(from_runs, all) > 1e-3f);
 }
 
+namespace {
+
+// On a model loaded from a file: a tree pass checked against the chains, then
+// a commit of the deepest path checked against a fresh model, per shape.
+void check_tree_and_commit(LlamaModel& model, LlamaModel& reference, std::span<const Token> prompt) {
+    for (const Shape shape : {Shape::random_deep, Shape::wide}) {
+        INFO(shape_name(shape));
+        const Tree tree = make_tree(shape, 600 + static_cast<std::uint32_t>(shape), model.vocab_size());
+        if (prompt.size() + tree.size() + 1 > model.context_length()) continue;
+        model.truncate(0);
+        model.forward(prompt);
+        const auto rows = specdec::test::copy_rows(model.forward_tree(tree.tokens, tree.parents));
+        check_rows_against_chains(rows, tree, reference, prompt);
+        std::size_t deepest = 0;
+        for (std::size_t n = 0; n < tree.size(); ++n) deepest = tree.depth_of(n) > tree.depth_of(deepest) ? n : deepest;
+        model.commit_tree(tree.path_to(deepest));
+        std::vector<Token> expected(prompt.begin(), prompt.end());
+        const std::vector<Token> path_tokens = tree.path_tokens(deepest);
+        expected.insert(expected.end(), path_tokens.begin(), path_tokens.end());
+        const Token next = 3;
+        const auto next_rows = specdec::test::copy_rows(model.forward(std::span<const Token>(&next, 1)));
+        expected.push_back(next);
+        CHECK(relative_difference(next_rows[0], next_row_after(reference, expected)) < 1e-4f);
+    }
+}
+
+}  // namespace
+
 TEST_CASE("stories260K: each node of a tree pass gets the logits of forward() over its path, and a commit continues exactly",
           "[model][tree][fixture]") {
     const std::string file = GENERATE(std::string("stories260K.gguf"), std::string("stories260K-q8_0.gguf"),
@@ -484,23 +513,17 @@ TEST_CASE("stories260K: each node of a tree pass gets the logits of forward() ov
     if (!path) SPECDEC_SKIP("fixture " + file + " not found (set SPECDEC_FIXTURES or provide ../shared/fixtures)");
     LlamaModel model = LlamaModel::from_gguf(*path, {.threads = 2});
     LlamaModel reference = LlamaModel::from_gguf(*path, {.threads = 2});
-    const std::vector<Token> prompt = prompt_tokens(7, model.vocab_size(), 61);
-    for (const Shape shape : {Shape::random_deep, Shape::wide}) {
-        INFO(shape_name(shape));
-        const Tree tree = make_tree(shape, 600 + static_cast<std::uint32_t>(shape), model.vocab_size());
-        model.truncate(0);
-        model.forward(prompt);
-        const auto rows = specdec::test::copy_rows(model.forward_tree(tree.tokens, tree.parents));
-        check_rows_against_chains(rows, tree, reference, prompt);
-        std::size_t deepest = 0;
-        for (std::size_t n = 0; n < tree.size(); ++n) deepest = tree.depth_of(n) > tree.depth_of(deepest) ? n : deepest;
-        model.commit_tree(tree.path_to(deepest));
-        std::vector<Token> expected = prompt;
-        const std::vector<Token> path_tokens = tree.path_tokens(deepest);
-        expected.insert(expected.end(), path_tokens.begin(), path_tokens.end());
-        const Token next = 3;
-        const auto next_rows = specdec::test::copy_rows(model.forward(std::span<const Token>(&next, 1)));
-        expected.push_back(next);
-        CHECK(relative_difference(next_rows[0], next_row_after(reference, expected)) < 1e-4f);
-    }
+    check_tree_and_commit(model, reference, prompt_tokens(7, model.vocab_size(), 61));
+}
+
+TEST_CASE("the architecture fixtures (biases, RoPE layouts, frequency factors) score trees like chains",
+          "[model][tree][fixture]") {
+    const std::string name = GENERATE(as<std::string>{}, "llama-gqa", "llama3", "qwen2", "mistral");
+    const std::string type = GENERATE(as<std::string>{}, "f32", "q8_0");
+    const std::filesystem::path path = std::filesystem::path(SPECDEC_REPO_FIXTURES) / (name + "-" + type + ".gguf");
+    INFO(path.filename().string());
+    if (!std::filesystem::exists(path)) SPECDEC_SKIP("fixture " << path.string() << " not found");
+    LlamaModel model = LlamaModel::from_gguf(path, {.threads = 2});
+    LlamaModel reference = LlamaModel::from_gguf(path, {.threads = 2});
+    check_tree_and_commit(model, reference, prompt_tokens(5, model.vocab_size(), 71));
 }
