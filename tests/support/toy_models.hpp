@@ -4,6 +4,8 @@
 // function of that prefix (the last two tokens and the position), computed from
 // the KV cache they keep, so caching, batching and rollback mistakes change the
 // output. A draft is made by adding seeded noise to the target's logits.
+// ToyLM has the tree pass too (specdec::TreeLM): a node's logits are those
+// after the cache plus the node's ancestors.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -38,9 +40,11 @@ public:
     std::size_t cached_tokens() const { return cache_.size(); }
     const std::vector<Token>& cache() const { return cache_; }
     std::size_t forward_calls() const { return forward_calls_; }
-    std::size_t tokens_fed() const { return tokens_fed_; }  // over all forward() calls
+    std::size_t tokens_fed() const { return tokens_fed_; }  // over all forward() and forward_tree() calls
 
     LogitsView forward(std::span<const Token> tokens) {
+        pending_tokens_.clear();
+        pending_parents_.clear();
         if (cache_.size() + tokens.size() > options_.context) {
             std::ostringstream message;
             message << "ToyLM context overflow: " << cache_.size() << " + " << tokens.size() << " > "
@@ -60,8 +64,54 @@ public:
     }
 
     void truncate(std::size_t n) {
+        pending_tokens_.clear();
+        pending_parents_.clear();
         if (n > cache_.size()) throw Error("ToyLM: truncate beyond the cache");
         cache_.resize(n);
+    }
+
+    std::size_t tree_calls() const { return tree_calls_; }
+
+    LogitsView forward_tree(std::span<const Token> tokens, std::span<const std::int32_t> parents) {
+        if (parents.size() != tokens.size()) throw Error("ToyLM forward_tree: one parent per token expected");
+        const std::size_t before = pending_tokens_.size();
+        std::vector<Token> history;
+        std::vector<float> rows(tokens.size() * options_.vocab);
+        for (std::size_t i = 0; i < tokens.size(); ++i) {
+            const std::int32_t parent = parents[i];
+            if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= options_.vocab ||
+                parent < -1 || parent >= static_cast<std::int32_t>(before + i)) {
+                pending_tokens_.resize(before);
+                pending_parents_.resize(before);
+                throw Error("ToyLM forward_tree: token id or parent out of range");
+            }
+            pending_tokens_.push_back(tokens[i]);
+            pending_parents_.push_back(parent);
+            history = path_to(static_cast<std::int32_t>(before + i));
+            if (history.size() > options_.context) {
+                pending_tokens_.resize(before);
+                pending_parents_.resize(before);
+                throw Error("ToyLM forward_tree: tree deeper than the free context");
+            }
+            fill_row(history, {rows.data() + i * options_.vocab, options_.vocab});
+        }
+        ++tree_calls_;
+        tokens_fed_ += tokens.size();
+        logits_ = std::move(rows);
+        return dense_logits(logits_, tokens.size(), options_.vocab);
+    }
+
+    void commit_tree(std::span<const std::int32_t> path) {
+        std::int32_t previous = -1;
+        for (const std::int32_t node : path) {
+            if (node < 0 || static_cast<std::size_t>(node) >= pending_tokens_.size() ||
+                pending_parents_[static_cast<std::size_t>(node)] != previous)
+                throw Error("ToyLM commit_tree: the path is not a root-to-node path of the pending tree");
+            previous = node;
+        }
+        for (const std::int32_t node : path) cache_.push_back(pending_tokens_[static_cast<std::size_t>(node)]);
+        pending_tokens_.clear();
+        pending_parents_.clear();
     }
 
     // Stateless: the logits row after `prefix` (what forward() returns for its last token).
@@ -72,6 +122,16 @@ public:
     }
 
 private:
+    // The cache followed by the ancestors of pending node `node` and the node itself.
+    std::vector<Token> path_to(std::int32_t node) const {
+        std::vector<Token> tail;
+        for (std::int32_t n = node; n >= 0; n = pending_parents_[static_cast<std::size_t>(n)])
+            tail.push_back(pending_tokens_[static_cast<std::size_t>(n)]);
+        std::vector<Token> history(cache_);
+        history.insert(history.end(), tail.rbegin(), tail.rend());
+        return history;
+    }
+
     static double gaussian(std::uint64_t seed, std::uint64_t key, std::uint32_t lane) {
         const double u1 = 1.0 - counter_uniform(seed, key, RandomPurpose::draft_sample, lane);
         const double u2 = counter_uniform(seed, key, RandomPurpose::accept_test, lane);
@@ -96,7 +156,10 @@ private:
     std::vector<Token> cache_;
     std::vector<float> logits_;
     std::size_t forward_calls_ = 0;
+    std::size_t tree_calls_ = 0;
     std::size_t tokens_fed_ = 0;
+    std::vector<Token> pending_tokens_;
+    std::vector<std::int32_t> pending_parents_;
 };
 
 }  // namespace specdec::test

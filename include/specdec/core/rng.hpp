@@ -24,6 +24,8 @@ enum class RandomPurpose : std::uint32_t {
     accept_test = 2,    // uniform u of the rejection test at this position
     target_sample = 3,  // target draws (residual, bonus, or plain autoregressive) at this position
     block_test = 4,     // block verification: uniform of draft `lane` of the step starting at this position
+    tree_draft = 5,     // tree drafting: the draw of shape node `lane` of the step starting at this position
+    tree_test = 6,      // tree verification: uniform of the test of node `lane` (its token is at this position)
 };
 
 namespace detail {

@@ -72,6 +72,13 @@ struct GenerationStats {
     std::vector<std::size_t> accepted_at_position;
     // Index n: how many steps proposed exactly n drafts (the chosen lengths).
     std::vector<std::size_t> draft_length_counts;
+    // Tree decoding: for a tree, proposed_at_position[d] counts the nodes at
+    // depth d + 1 and accepted_at_position[d] the steps whose accepted path
+    // reached depth d + 1. Index [d][r]: how often the sibling of rank r at
+    // depth d + 1 was tested (its parent accepted, its earlier siblings
+    // rejected) and accepted, as the verifier decided (before stop tokens).
+    std::vector<std::vector<std::size_t>> tested_at_depth_rank;
+    std::vector<std::vector<std::size_t>> accepted_at_depth_rank;
     double prefill_seconds = 0.0;     // prefill(): the target's (and draft's) prompt pass
     double draft_seconds = 0.0;       // inside the drafter
     double target_seconds = 0.0;      // inside target.forward (the verification pass)
@@ -113,6 +120,8 @@ struct GenerationStats {
         add_counts(proposed_at_position, other.proposed_at_position);
         add_counts(accepted_at_position, other.accepted_at_position);
         add_counts(draft_length_counts, other.draft_length_counts);
+        add_tables(tested_at_depth_rank, other.tested_at_depth_rank);
+        add_tables(accepted_at_depth_rank, other.accepted_at_depth_rank);
         prefill_seconds += other.prefill_seconds;
         draft_seconds += other.draft_seconds;
         target_seconds += other.target_seconds;
@@ -121,7 +130,18 @@ struct GenerationStats {
         return *this;
     }
 
+    // Nodes each target pass verified (the draft tokens proposed per pass).
+    [[nodiscard]] double mean_drafts_per_target_pass() const {
+        return target_forward_passes == 0 ? 0.0
+                                          : static_cast<double>(draft_tokens_proposed) / target_forward_passes;
+    }
+
 private:
+    static void add_tables(std::vector<std::vector<std::size_t>>& into,
+                           const std::vector<std::vector<std::size_t>>& from) {
+        if (into.size() < from.size()) into.resize(from.size());
+        for (std::size_t i = 0; i < from.size(); ++i) add_counts(into[i], from[i]);
+    }
     static void add_counts(std::vector<std::size_t>& into, const std::vector<std::size_t>& from) {
         if (into.size() < from.size()) into.resize(from.size(), 0);
         for (std::size_t i = 0; i < from.size(); ++i) into[i] += from[i];

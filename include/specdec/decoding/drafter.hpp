@@ -12,6 +12,8 @@
 #include "specdec/core/types.hpp"
 #include "specdec/core/draft_proposal.hpp"
 #include "specdec/core/sampling_options.hpp"
+#include "specdec/core/tree_proposal.hpp"
+#include "specdec/decoding/tree_shape.hpp"
 
 namespace specdec {
 
@@ -65,6 +67,29 @@ struct DraftRequest {
 template <class D>
 concept Drafter = requires(D& drafter, const DraftRequest& request) {
     { drafter.propose(request) } -> std::same_as<DraftProposal>;
+    { drafter.reset() };
+};
+
+struct TreeDraftRequest {
+    std::span<const Token> history;   // every committed token: prompt + generated so far
+    // The most to propose: at most shape.size() nodes, none deeper than
+    // shape.depth(). A model drafter fills the shape's slots (node i of the
+    // shape is the rank_of(i)-th child drawn from its parent's q); a
+    // model-free drafter only keeps within the budget.
+    const TreeShape& shape;
+    const SamplingOptions& sampling;  // the processing q must carry (same as the target's)
+    // Draw the token of shape node i with rng.uniform(history.size(), tree_draft, i):
+    // a stream of its own, never one the verifier reads.
+    const CounterRng& rng;
+};
+
+// A drafter of token trees. propose_tree() returns a TreeProposal whose
+// sibling groups were drawn without replacement from the q rows it reports, or
+// are point masses (fixed by the history); how much it proposes may depend on
+// its own state and the history, never on the verifier's randomness.
+template <class D>
+concept TreeDrafter = requires(D& drafter, const TreeDraftRequest& request) {
+    { drafter.propose_tree(request) } -> std::same_as<TreeProposal>;
     { drafter.reset() };
 };
 

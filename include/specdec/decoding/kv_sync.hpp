@@ -5,6 +5,7 @@
 // mechanism covers prompt prefill, rejected drafts, and the draft catching up
 // on the last accepted draft token plus the corrected/bonus token.
 #include <algorithm>
+#include <cstdint>
 #include <cstddef>
 #include <span>
 #include <sstream>
@@ -71,6 +72,39 @@ public:
             throw Error(message.str());
         }
         return logits;
+    }
+
+    // A tree pass (TreeLM): scores nodes given as tokens with parent indices
+    // without growing the cache; commit_tree() then appends one path of them.
+    LogitsView forward_tree(std::span<const Token> tokens, std::span<const std::int32_t> parents)
+        requires TreeLM<Model>
+    {
+        LogitsView logits = model_->forward_tree(tokens, parents);
+        if (logits.rows != tokens.size() || (logits.rows > 0 && (logits.vocab != model_->vocab_size() ||
+                                                                 logits.data == nullptr ||
+                                                                 (logits.rows > 1 && logits.row_stride < logits.vocab)))) {
+            std::ostringstream message;
+            message << "model forward_tree returned " << logits.rows << " logits rows of " << logits.vocab
+                    << " values for " << tokens.size() << " nodes: expected one row of vocab_size() = "
+                    << model_->vocab_size() << " values per node";
+            throw Error(message.str());
+        }
+        return logits;
+    }
+
+    // Appends the nodes `path` of the pending tree (whose tokens are
+    // node_tokens) to the cache; an empty path discards the pending tree.
+    void commit_tree(std::span<const std::int32_t> path, std::span<const Token> node_tokens)
+        requires TreeLM<Model>
+    {
+        model_->commit_tree(path);
+        for (const std::int32_t node : path) cached_.push_back(node_tokens[static_cast<std::size_t>(node)]);
+        if (model_->cached_tokens() != cached_.size()) {
+            std::ostringstream message;
+            message << "model commit_tree of a " << path.size() << "-node path left " << model_->cached_tokens()
+                    << " cached positions: expected " << cached_.size();
+            throw Error(message.str());
+        }
     }
 
     // Appends tokens whose logits nobody reads (a prompt's prefill): through

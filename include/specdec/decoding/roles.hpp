@@ -19,9 +19,10 @@ struct TargetRole {
     Model& model;
 };
 
-// A draft model (any CausalLM, wrapped in a ModelDrafter) or a Drafter.
+// A draft model (any CausalLM, wrapped in a ModelDrafter) or a Drafter (a
+// TreeDrafter for the tree decoder).
 template <class Source>
-    requires(Drafter<Source> || CausalLM<Source>)
+    requires(Drafter<Source> || TreeDrafter<Source> || CausalLM<Source>)
 struct DraftRole {
     Source& source;
 };
@@ -35,12 +36,12 @@ template <CausalLM Model>
 void target(const Model&&) = delete;
 
 template <class Source>
-    requires(Drafter<Source> || CausalLM<Source>)
+    requires(Drafter<Source> || TreeDrafter<Source> || CausalLM<Source>)
 [[nodiscard]] DraftRole<Source> draft(Source& source) {
     return {source};
 }
 template <class Source>
-    requires(Drafter<Source> || CausalLM<Source>)
+    requires(Drafter<Source> || TreeDrafter<Source> || CausalLM<Source>)
 void draft(const Source&&) = delete;
 
 }  // namespace specdec

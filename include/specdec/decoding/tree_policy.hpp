@@ -1,0 +1,328 @@
+#pragma once
+// Tree shape policies: which tree each step drafts. FixedTree always drafts one
+// shape; AutoTree measures the target's cost per pass width, the draft's cost
+// per pass and the acceptance by depth and sibling rank while generating, and
+// drafts the shape that maximises expected tokens per second (the idea of
+// Sequoia, Chen et al. 2024: the best tree depends on the hardware's cost
+// curve). optimise_tree() is the optimiser both use for predictions.
+//
+// Exactness: a plan may depend on earlier steps' outcomes only, never on the
+// randomness of the step it plans, so every shape keeps the output exact.
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "specdec/core/error.hpp"
+#include "specdec/decoding/tree_shape.hpp"
+
+namespace specdec {
+
+// What happened in one tree step, for policies that learn.
+struct TreeStepOutcome {
+    std::size_t nodes = 0;            // drafted nodes
+    std::size_t depth = 0;            // depth of the drafted tree
+    std::size_t accepted = 0;         // length of the accepted path
+    std::size_t draft_passes = 0;     // draft forward passes
+    std::size_t verified_tokens = 0;  // width of the target's pass (pending tokens + nodes)
+    // [d][r]: whether the sibling of rank r at depth d + 1 was tested / accepted in this step.
+    std::vector<std::vector<std::size_t>> tested, accepted_at;
+    double draft_seconds = 0.0;
+    double target_seconds = 0.0;
+    double acceptance_seconds = 0.0;
+    double total_seconds = 0.0;
+};
+
+// plan(max_depth, first_position): the shape of this step (deeper nodes than
+// max_depth are dropped by the decoder); observe(outcome) after each step.
+template <class P>
+concept TreePolicy = requires(P& policy, std::size_t max_depth, std::uint64_t position, const TreeStepOutcome& outcome) {
+    { policy.plan(max_depth, position) } -> std::convertible_to<TreeShape>;
+    { policy.observe(outcome) };
+};
+
+// Always the same shape.
+struct FixedTree {
+    TreeShape shape;
+
+    FixedTree() = default;
+    FixedTree(TreeShape tree) : shape(std::move(tree)) {}  // implicit: a TreeShape is a policy
+    const TreeShape& plan(std::size_t, std::uint64_t) const { return shape; }
+    void observe(const TreeStepOutcome&) {}
+};
+
+// The costs the optimiser weighs, in any one unit (seconds, or relative to a
+// one-token target pass).
+struct TreeCosts {
+    std::function<double(std::size_t)> target_pass;  // a target pass over n tokens (n >= 1)
+    double draft_pass = 0.0;                         // one draft pass (one per depth of the tree)
+    double per_step = 0.0;                           // everything else of a step
+};
+
+struct TreePlan {
+    TreeShape shape;
+    double expected_tokens = 1.0;  // tokens a step emits, in expectation
+    double cost = 1.0;             // a step's cost
+    [[nodiscard]] double rate() const { return expected_tokens / cost; }
+};
+
+// The tree of at most max_nodes nodes and max_depth depth that maximises
+// expected tokens per cost, given acceptance(d, r) = the probability that the
+// sibling of rank r at depth d + 1 is accepted when it is tested (its parent
+// accepted, its earlier siblings rejected).
+//
+// A node's value is the probability that it is accepted,
+//   f(node) = f(parent) * a(d, r) * prod_{s < r} (1 - a(d, s)),
+// and a step emits E = 1 + sum f tokens. For each depth bound D the tree grows
+// greedily by the candidate of largest marginal gain (every candidate costs the
+// same one more target column, so gain per cost orders them alike; a deeper
+// tree pays one more draft pass, which the bound D accounts for); every tree
+// along the way is scored by E / (v(n + 1) + D draft passes + per step), and
+// the best is returned. The empty tree (no drafting) competes too.
+[[nodiscard]] inline TreePlan optimise_tree(const std::function<double(std::size_t, std::size_t)>& acceptance,
+                                            const TreeCosts& costs, std::size_t max_nodes, std::size_t max_depth) {
+    TreePlan best;
+    best.cost = costs.target_pass(1) + costs.per_step;
+    struct Node {
+        std::int32_t parent;
+        std::size_t depth, rank, children = 0;
+        double value;
+    };
+    for (std::size_t bound = 1; bound <= max_depth; ++bound) {
+        std::vector<Node> nodes;
+        std::size_t root_children = 0;
+        double expected = 1.0;
+        std::size_t depth = 0;
+        // P(rank r accepted | parent reached) at depth d.
+        auto reach = [&](std::size_t d, std::size_t r) {
+            double value = acceptance(d, r);
+            for (std::size_t s = 0; s < r; ++s) value *= 1.0 - acceptance(d, s);
+            return std::clamp(value, 0.0, 1.0);
+        };
+        while (nodes.size() < max_nodes) {
+            // The best next child: the root's or a node's next rank.
+            double gain = reach(0, root_children);
+            std::int32_t parent = -1;
+            for (std::size_t i = 0; i < nodes.size(); ++i) {
+                if (nodes[i].depth >= bound) continue;
+                const double candidate = nodes[i].value * reach(nodes[i].depth, nodes[i].children);
+                if (candidate > gain) {
+                    gain = candidate;
+                    parent = static_cast<std::int32_t>(i);
+                }
+            }
+            if (!(gain > 0.0)) break;
+            Node node{parent, 1, 0, 0, gain};
+            if (parent < 0) {
+                node.rank = root_children++;
+            } else {
+                Node& p = nodes[static_cast<std::size_t>(parent)];
+                node.depth = p.depth + 1;
+                node.rank = p.children++;
+            }
+            nodes.push_back(node);
+            expected += gain;
+            depth = std::max(depth, node.depth);
+            const double cost = costs.target_pass(nodes.size() + 1) + static_cast<double>(depth) * costs.draft_pass +
+                                costs.per_step;
+            if (expected / cost > best.rate()) {
+                // Breadth first: by depth, then by the new index of the parent, then by rank.
+                std::vector<std::int64_t> new_index(nodes.size(), -1);
+                std::vector<std::int32_t> parents;
+                for (std::size_t d = 1; d <= depth; ++d) {
+                    std::vector<std::size_t> level;
+                    for (std::size_t i = 0; i < nodes.size(); ++i)
+                        if (nodes[i].depth == d) level.push_back(i);
+                    std::sort(level.begin(), level.end(), [&](std::size_t a, std::size_t b) {
+                        const std::int64_t pa = nodes[a].parent < 0 ? -1 : new_index[static_cast<std::size_t>(nodes[a].parent)];
+                        const std::int64_t pb = nodes[b].parent < 0 ? -1 : new_index[static_cast<std::size_t>(nodes[b].parent)];
+                        return pa < pb || (pa == pb && nodes[a].rank < nodes[b].rank);
+                    });
+                    for (const std::size_t i : level) {
+                        new_index[i] = static_cast<std::int64_t>(parents.size());
+                        parents.push_back(nodes[i].parent < 0
+                                              ? -1
+                                              : static_cast<std::int32_t>(new_index[static_cast<std::size_t>(nodes[i].parent)]));
+                    }
+                }
+                best = TreePlan{TreeShape(std::move(parents)), expected, cost};
+            }
+        }
+    }
+    return best;
+}
+
+// Learns costs and acceptance online and drafts optimise_tree()'s shape:
+//   a(d, r)  acceptance of the sibling of rank r at depth d + 1 when tested
+//            (decayed counts; shrunk towards a(d - 1, r) for r = 0 and towards
+//            half of a(d, r - 1) for later ranks where samples are few, so an
+//            unmeasured slot is not promised more than its neighbours);
+//   V(n)     seconds of a target pass over n tokens (unmeasured widths
+//            interpolated linearly between measured ones, extrapolated along
+//            the last measured slope); d seconds per draft pass; o the rest.
+// The first warmup_steps steps draft the warmup shape; then every step drafts
+// the optimiser's tree, and one step in explore_every drafts the tree the
+// optimiser finds when unmeasured slots are promised their neighbours' full
+// acceptance, so that wider and deeper trees keep being measured. Shapes
+// depend on measured times, so two runs with one seed may draft differently
+// (each run is still exact).
+class AutoTree {
+public:
+    struct Options {
+        std::size_t max_nodes = 24;
+        std::size_t max_depth = 8;
+        std::size_t warmup_steps = 4;
+        TreeShape warmup = TreeShape::from_branching({2, 2, 1});
+        std::size_t explore_every = 16;
+        double decay = 0.98;
+        double prior_strength = 4.0;
+    };
+
+    AutoTree() : AutoTree(Options{}) {}
+    explicit AutoTree(Options options) : options_(std::move(options)) {
+        if (!(options_.decay > 0.0 && options_.decay <= 1.0)) {
+            std::ostringstream message;
+            message << "invalid AutoTree decay = " << options_.decay << ": expected a value in (0, 1]";
+            throw Error(message.str());
+        }
+        if (options_.max_depth == 0 || options_.max_nodes == 0) {
+            std::ostringstream message;
+            message << "invalid AutoTree bounds max_nodes = " << options_.max_nodes << ", max_depth = "
+                    << options_.max_depth << ": expected both >= 1";
+            throw Error(message.str());
+        }
+    }
+
+    TreeShape plan(std::size_t max_depth, std::uint64_t) {
+        if (steps_ < options_.warmup_steps) return options_.warmup.truncated(max_depth);
+        const bool explore = options_.explore_every > 0 && steps_ % options_.explore_every == 0;
+        last_plan_ = optimise(std::min(max_depth, options_.max_depth), explore);
+        return last_plan_.shape;
+    }
+
+    void observe(const TreeStepOutcome& outcome) {
+        ++steps_;
+        for (auto& row : tested_)
+            for (double& t : row) t *= options_.decay;
+        for (auto& row : accepted_)
+            for (double& a : row) a *= options_.decay;
+        for (std::size_t d = 0; d < outcome.tested.size(); ++d) {
+            for (std::size_t r = 0; r < outcome.tested[d].size(); ++r) {
+                cell(tested_, d, r) += static_cast<double>(outcome.tested[d][r]);
+                if (d < outcome.accepted_at.size() && r < outcome.accepted_at[d].size())
+                    cell(accepted_, d, r) += static_cast<double>(outcome.accepted_at[d][r]);
+            }
+        }
+        if (outcome.draft_passes > 0) average(draft_pass_, outcome.draft_seconds / outcome.draft_passes);
+        if (outcome.verified_tokens > 0) {
+            if (verify_.size() < outcome.verified_tokens + 1) verify_.resize(outcome.verified_tokens + 1, -1.0);
+            average(verify_[outcome.verified_tokens], outcome.target_seconds);
+            const double rest = outcome.total_seconds - outcome.draft_seconds - outcome.target_seconds;
+            average(other_, std::max(0.0, rest));
+        }
+    }
+
+    // What the policy currently believes (for reports).
+    [[nodiscard]] double acceptance_at(std::size_t depth, std::size_t rank) const {
+        return estimate(depth, rank, false);
+    }
+    [[nodiscard]] std::size_t steps_observed() const { return steps_; }
+    // The optimiser's plan for an unbounded step, from what was measured so far.
+    [[nodiscard]] TreePlan current_plan() const { return optimise(options_.max_depth, false); }
+    // Its predicted tokens per second relative to autoregressive decoding.
+    [[nodiscard]] double predicted_speedup() const {
+        const TreePlan plan = current_plan();
+        return plan.rate() * (verify_seconds(1) + std::max(0.0, other_));
+    }
+
+private:
+    static void average(double& into, double sample) { into = into < 0.0 ? sample : 0.9 * into + 0.1 * sample; }
+    static double& cell(std::vector<std::vector<double>>& table, std::size_t d, std::size_t r) {
+        if (table.size() <= d) table.resize(d + 1);
+        if (table[d].size() <= r) table[d].resize(r + 1, 0.0);
+        return table[d][r];
+    }
+    static double read(const std::vector<std::vector<double>>& table, std::size_t d, std::size_t r) {
+        return d < table.size() && r < table[d].size() ? table[d][r] : 0.0;
+    }
+
+    [[nodiscard]] double estimate(std::size_t d, std::size_t r, bool optimistic) const {
+        double prior;
+        if (r > 0) {
+            prior = (optimistic ? 1.0 : 0.5) * estimate(d, r - 1, optimistic);
+        } else {
+            prior = d > 0 ? estimate(d - 1, 0, optimistic) : 0.5;
+        }
+        const double s = options_.prior_strength;
+        return (read(accepted_, d, r) + s * prior) / (read(tested_, d, r) + s);
+    }
+
+    [[nodiscard]] TreePlan optimise(std::size_t max_depth, bool optimistic) const {
+        // Memoised estimates: the optimiser asks for the same slots many times.
+        const std::size_t ranks = options_.max_nodes;
+        std::vector<double> table((max_depth + 1) * (ranks + 1), -1.0);
+        auto acceptance = [&](std::size_t d, std::size_t r) {
+            if (d > max_depth || r > ranks) return estimate(d, r, optimistic);
+            double& slot = table[d * (ranks + 1) + r];
+            if (slot < 0.0) slot = estimate(d, r, optimistic);
+            return slot;
+        };
+        TreeCosts costs{[this](std::size_t n) { return verify_seconds(n); }, std::max(0.0, draft_pass_),
+                        std::max(0.0, other_)};
+        return optimise_tree(acceptance, costs, options_.max_nodes, max_depth);
+    }
+
+    // V(n): measured, else linear between the nearest measured widths, else
+    // along the slope of the two measured widths nearest to n (flat from one).
+    [[nodiscard]] double verify_seconds(std::size_t n) const {
+        if (n < verify_.size() && verify_[n] >= 0.0) return verify_[n];
+        std::size_t below = 0, above = 0;
+        for (std::size_t w = std::min(n, verify_.size()); w-- > 1;)
+            if (verify_[w] >= 0.0) {
+                below = w;
+                break;
+            }
+        for (std::size_t w = n + 1; w < verify_.size(); ++w)
+            if (verify_[w] >= 0.0) {
+                above = w;
+                break;
+            }
+        if (below && above)
+            return verify_[below] + (verify_[above] - verify_[below]) * double(n - below) / double(above - below);
+        const std::size_t known = below ? below : above;
+        if (!known) return 1.0;
+        std::size_t second = 0;
+        if (below) {
+            for (std::size_t w = below; w-- > 1;)
+                if (verify_[w] >= 0.0) {
+                    second = w;
+                    break;
+                }
+        } else {
+            for (std::size_t w = above + 1; w < verify_.size(); ++w)
+                if (verify_[w] >= 0.0) {
+                    second = w;
+                    break;
+                }
+        }
+        if (!second) return verify_[known];
+        const double slope = (verify_[known] - verify_[second]) / (double(known) - double(second));
+        const double extrapolated = verify_[known] + slope * (double(n) - double(known));
+        // A wider pass never costs less, a narrower one never more.
+        return n > known ? std::max(verify_[known], extrapolated) : std::clamp(extrapolated, 1e-12, verify_[known]);
+    }
+
+    Options options_;
+    std::size_t steps_ = 0;
+    std::vector<std::vector<double>> tested_, accepted_;
+    double draft_pass_ = -1.0, other_ = -1.0;
+    std::vector<double> verify_;
+    TreePlan last_plan_;
+};
+
+}  // namespace specdec
