@@ -18,6 +18,9 @@
 #include <string_view>
 #include <vector>
 
+#include "specdec/core/error.hpp"
+#include "specdec/decoding/tree_shape.hpp"
+
 namespace specdec::bench {
 
 class UsageError : public std::runtime_error {
@@ -51,6 +54,9 @@ struct BenchOptions {
     bool auto_length = true;             // also a row with AutoLength (the list item "auto")
     std::size_t auto_max_draft_tokens = 8;
     std::vector<RuleChoice> rules{RuleChoice::tokenwise, RuleChoice::block};
+    // Token-tree rows: "auto" (AutoTree) and fixed shapes such as "3x2x1"; empty = none.
+    std::vector<std::string> trees{};
+    std::size_t tree_max_nodes = 24;  // the most nodes of the auto tree
     std::vector<double> temperatures{0.0, 1.0};
     std::size_t new_tokens = 64;
     std::optional<std::string> prompt;
@@ -110,6 +116,10 @@ what to measure
   --rule LIST               acceptance rules: tokenwise, block (block verification; runs at T > 0 only,
                             at T = 0 it is greedy verification; at k = 1 it is token-wise rejection, so
                             that row is left out when both rules run) (default tokenwise,block)
+  --tree LIST               token-tree rows (target and draft need the tree pass): "auto" (the shape
+                            learned online from the measured costs and acceptance) and fixed shapes as
+                            children per depth, e.g. 3x2x1, or a chain length (default: none)
+  --tree-max-nodes N        the most nodes of the auto tree (default 24)
   --temperatures LIST       sampling temperatures, 0 = greedy (default 0,1)
   --new-tokens N            tokens generated per run (default 64)
   --prompt TEXT             prompt text (GGUF models; synthetic models use a seeded token prompt)
@@ -227,6 +237,20 @@ inline void require_file(std::string_view flag, const std::string& path) {
             std::sort(options.draft_tokens.begin(), options.draft_tokens.end());
             options.draft_tokens.erase(std::unique(options.draft_tokens.begin(), options.draft_tokens.end()),
                                        options.draft_tokens.end());
+        } else if (flag == "--tree" || flag == "--trees") {
+            options.trees.clear();
+            for (const std::string_view item : detail::split_list(flag, value())) {
+                if (item != "auto") {
+                    try {
+                        (void)TreeShape::parse(std::string(item));
+                    } catch (const Error& error) {
+                        throw UsageError(std::string(flag) + ": " + error.what());
+                    }
+                }
+                options.trees.emplace_back(item);
+            }
+        } else if (flag == "--tree-max-nodes") {
+            options.tree_max_nodes = detail::parse_count(flag, value(), 1);
         } else if (flag == "--max-draft-tokens") {
             options.auto_max_draft_tokens = detail::parse_count(flag, value(), 1);
         } else if (flag == "--rule" || flag == "--rules") {

@@ -195,6 +195,52 @@ struct ConfigurationResult {
     }
 };
 
+// One token-tree configuration (--tree): like ConfigurationResult, with a
+// TreeSpeculativeDecoder of a fixed shape or AutoTree.
+struct TreeResult {
+    double temperature = 0.0;
+    std::string label;          // "auto" or the requested shape ("3x2x1")
+    std::string shape;          // the shape drafted (auto: the policy's plan at the end)
+    std::size_t repetitions = 0;
+    GenerationStats autoregressive;
+    GenerationStats speculative;
+    std::vector<double> speedup_per_repetition;
+    // Predicted speedup: for a fixed shape, E / (draft passes * c + v_n) with
+    // E = 1 + sum over nodes of prod a(d, r) along the node's path, a(d, r) =
+    // the measured acceptance of the rank-r sibling at depth d + 1 when tested,
+    // and v_n the measured target pass over the shape's width; for auto, what
+    // the policy's own cost model predicts for its plan.
+    double predicted_speedup = 0.0;
+    std::optional<bool> greedy_match;
+    std::optional<std::size_t> first_mismatch;
+
+    [[nodiscard]] double speedup() const {
+        const double baseline = autoregressive.tokens_per_second();
+        return baseline > 0.0 ? speculative.tokens_per_second() / baseline : 0.0;
+    }
+    [[nodiscard]] double slowest_repetition_speedup() const {
+        return speedup_per_repetition.empty() ? 0.0 : *std::min_element(speedup_per_repetition.begin(), speedup_per_repetition.end());
+    }
+    [[nodiscard]] double fastest_repetition_speedup() const {
+        return speedup_per_repetition.empty() ? 0.0 : *std::max_element(speedup_per_repetition.begin(), speedup_per_repetition.end());
+    }
+    [[nodiscard]] double nodes_per_pass() const { return speculative.mean_drafts_per_target_pass(); }
+    [[nodiscard]] double tokens_per_pass() const { return speculative.mean_tokens_per_target_pass(); }
+    [[nodiscard]] double accepted_per_pass() const {
+        const GenerationStats& s = speculative;
+        return s.target_forward_passes == 0 ? 0.0 : static_cast<double>(s.draft_tokens_accepted) / s.target_forward_passes;
+    }
+    [[nodiscard]] double efficiency() const { return predicted_speedup > 0.0 ? speedup() / predicted_speedup : 0.0; }
+    // a(d, r) = accepted / tested, as measured.
+    [[nodiscard]] double acceptance(std::size_t depth, std::size_t rank) const {
+        const auto& tested = speculative.tested_at_depth_rank;
+        const auto& accepted = speculative.accepted_at_depth_rank;
+        if (depth >= tested.size() || rank >= tested[depth].size() || tested[depth][rank] == 0) return 0.0;
+        const std::size_t a = depth < accepted.size() && rank < accepted[depth].size() ? accepted[depth][rank] : 0;
+        return static_cast<double>(a) / static_cast<double>(tested[depth][rank]);
+    }
+};
+
 struct BenchReport {
     MachineInfo machine;
     ModelInfo target;
@@ -206,6 +252,8 @@ struct BenchReport {
     std::uint64_t seed = 0;
     CostMeasurement costs;
     std::vector<ConfigurationResult> configurations;
+    std::vector<TreeResult> trees;
+    std::optional<std::string> trees_skipped;  // why --tree rows were not run
     double wall_seconds = 0.0;
 
     // Autoregressive tokens/s over every configuration, and the memory

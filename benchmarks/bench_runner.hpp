@@ -18,6 +18,7 @@
 
 #include "bench_results.hpp"
 #include "cost_measurement.hpp"
+#include "tree_bench.hpp"
 
 namespace specdec::bench {
 
@@ -27,6 +28,8 @@ struct RunSettings {
     std::size_t auto_max_draft_tokens = 8;  // its cap
     std::vector<RuleChoice> rules{RuleChoice::tokenwise};  // block runs at T > 0 only
     std::vector<double> temperatures{0.0, 1.0};
+    std::vector<std::string> trees{};       // token-tree rows: "auto" and shapes such as "3x2x1"
+    std::size_t tree_max_nodes = 24;
     std::size_t new_tokens = 64;
     std::size_t repetitions = 2;
     std::uint64_t seed = 42;
@@ -218,10 +221,22 @@ template <class Draft, CausalLM Target>
     std::vector<std::size_t> lengths = inputs.settings.draft_tokens;
     if (inputs.settings.auto_length)  // the auto rows' model needs v_n for every length they may choose
         for (std::size_t n = 1; n <= inputs.settings.auto_max_draft_tokens; ++n) lengths.push_back(n);
+    const bool trees = !inputs.settings.trees.empty() && kTreeCapable<Draft, Target>;
+    if (trees)  // a fixed shape's prediction needs v of its width (a chain pass of as many tokens)
+        for (const std::string& tree : inputs.settings.trees)
+            if (tree != "auto") lengths.push_back(TreeShape::parse(tree).size());
     std::sort(lengths.begin(), lengths.end());
     lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
     report.costs = measure_costs(draft, target, inputs.prompt, lengths, inputs.cost_settings);
     report.configurations = run_configurations(draft, target, inputs.prompt, inputs.settings, report.costs, progress);
+    if (trees) {
+        report.trees = run_tree_configurations(draft, target, inputs.prompt, inputs.settings.trees,
+                                               inputs.settings.tree_max_nodes, inputs.settings.temperatures,
+                                               inputs.settings.new_tokens, inputs.settings.repetitions,
+                                               inputs.settings.seed, report.costs);
+    } else if (!inputs.settings.trees.empty()) {
+        report.trees_skipped = "the target or the draft has no tree pass (specdec::TreeLM)";
+    }
     report.wall_seconds = std::chrono::duration<double>(detail::Clock::now() - start).count();
     return report;
 }

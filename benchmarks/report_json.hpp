@@ -91,7 +91,41 @@ inline constexpr int kReportFormatVersion = 1;
     return run;
 }
 
+// A token-tree configuration: its shape, nodes and tokens per target pass,
+// speedup, prediction and acceptance by depth and sibling rank.
+[[nodiscard]] inline nlohmann::ordered_json tree_run_to_json(const TreeResult& r) {
+    nlohmann::ordered_json acceptance = nlohmann::ordered_json::array();
+    for (std::size_t d = 0; d < r.speculative.tested_at_depth_rank.size(); ++d) {
+        nlohmann::ordered_json row = nlohmann::ordered_json::array();
+        for (std::size_t rank = 0; rank < r.speculative.tested_at_depth_rank[d].size(); ++rank)
+            row.push_back({{"tested", r.speculative.tested_at_depth_rank[d][rank]}, {"acceptance", r.acceptance(d, rank)}});
+        acceptance.push_back(row);
+    }
+    nlohmann::ordered_json run{{"tree", r.label},
+                               {"shape", r.shape},
+                               {"temperature", r.temperature},
+                               {"repetitions", r.repetitions},
+                               {"generated_tokens", r.speculative.generated_tokens},
+                               {"autoregressive_tokens_per_second", r.autoregressive.tokens_per_second()},
+                               {"tokens_per_second", r.speculative.tokens_per_second()},
+                               {"speedup", r.speedup()},
+                               {"speedup_per_repetition", r.speedup_per_repetition},
+                               {"predicted_speedup", r.predicted_speedup},
+                               {"efficiency", r.efficiency()},
+                               {"nodes_per_target_pass", r.nodes_per_pass()},
+                               {"accepted_per_target_pass", r.accepted_per_pass()},
+                               {"mean_tokens_per_target_pass", r.tokens_per_pass()},
+                               {"draft_forward_passes", r.speculative.draft_forward_passes},
+                               {"target_forward_passes", r.speculative.target_forward_passes},
+                               {"acceptance_by_depth_and_rank", acceptance},
+                               {"greedy_match", r.greedy_match ? nlohmann::ordered_json(*r.greedy_match) : nlohmann::ordered_json(nullptr)}};
+    if (r.first_mismatch) run["first_mismatch"] = *r.first_mismatch;
+    return run;
+}
+
 [[nodiscard]] inline nlohmann::ordered_json report_to_json(const BenchReport& report) {
+    nlohmann::ordered_json trees = nlohmann::ordered_json::array();
+    for (const TreeResult& r : report.trees) trees.push_back(tree_run_to_json(r));
     nlohmann::ordered_json runs = nlohmann::ordered_json::array();
     for (const ConfigurationResult& r : report.configurations) {
         runs.push_back(autoregressive_run_to_json(r));
@@ -145,7 +179,9 @@ inline constexpr int kReportFormatVersion = 1;
             {"formula", std::string(kPredictedSpeedupFormula)},
             {"greedy_match", report.all_greedy_runs_match()},
             {"wall_seconds", report.wall_seconds},
-            {"runs", runs}};
+            {"runs", runs},
+            {"trees", trees},
+            {"trees_skipped", report.trees_skipped ? nlohmann::ordered_json(*report.trees_skipped) : nlohmann::ordered_json(nullptr)}};
 }
 
 }  // namespace specdec::bench

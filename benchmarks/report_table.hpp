@@ -2,9 +2,11 @@
 // The human-readable report: what ran where, one table row per configuration,
 // and a closing line naming the best configuration. Greedy mismatches are
 // printed loudly, since they would mean the "exact" claim is broken.
+#include <algorithm>
 #include <cstdio>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "bench_results.hpp"
 #include "cost_model.hpp"
@@ -170,6 +172,55 @@ inline void print_table(std::ostream& out, const BenchReport& report) {
     for (const ConfigurationResult& r : report.configurations) any_greedy = any_greedy || r.greedy_match.has_value();
     if (any_greedy && report.all_greedy_runs_match())
         out << "greedy check: at T=0 speculative decoding reproduced the autoregressive tokens exactly in every run\n";
+}
+
+// The --tree rows: shape, nodes and tokens per target pass, speedup against
+// the interleaved autoregressive runs, predicted speedup and efficiency, and
+// per temperature the best tree against the best chain.
+inline void print_tree_table(std::ostream& out, const BenchReport& report) {
+    if (report.trees_skipped) out << "\ntoken trees not run: " << *report.trees_skipped << "\n";
+    if (report.trees.empty()) return;
+    out << "\ntoken trees (one target pass verifies every node; recursive rejection sampling without replacement)\n";
+    out << "   T  tree        shape drafted          nodes/pass  acc./pass  tok/pass   AR tok/s  spec tok/s  speedup  (per rep.)  "
+           "predicted  effic.  greedy  acceptance of ranks 0,1,2 at depth 1\n";
+    for (const TreeResult& r : report.trees) {
+        const std::string greedy = !r.greedy_match ? "-" : (*r.greedy_match ? "match" : "DIFFER");
+        const std::string spread = detail::format("%.2f-%.2f", r.slowest_repetition_speedup(), r.fastest_repetition_speedup());
+        out << detail::format("%4.2g  %-10s  %-22s %10.2f %10.2f %9.2f %10.1f %11.1f %7.2fx %11s %9.2fx %7.2f  %-6s  %.2f %.2f %.2f",
+                              r.temperature, r.label.c_str(), r.shape.c_str(), r.nodes_per_pass(), r.accepted_per_pass(),
+                              r.tokens_per_pass(), r.autoregressive.tokens_per_second(), r.speculative.tokens_per_second(),
+                              r.speedup(), spread.c_str(), r.predicted_speedup, r.efficiency(), greedy.c_str(),
+                              r.acceptance(0, 0), r.acceptance(0, 1), r.acceptance(0, 2))
+            << "\n";
+    }
+    out << "auto: AutoTree chose each step's tree from its online cost model (shape drafted = its plan at the end, "
+           "predicted = its own model); a fixed tree's prediction uses the measured acceptance by depth and rank and "
+           "v of a chain pass as wide as the tree\n";
+    for (const TreeResult& r : report.trees) {
+        if (r.greedy_match && !*r.greedy_match)
+            out << detail::format("!!! GREEDY MISMATCH at T=0 tree %s from token %zu on !!!", r.label.c_str(),
+                                  r.first_mismatch.value_or(0))
+                << "\n";
+    }
+    std::vector<double> temperatures;
+    for (const TreeResult& r : report.trees)
+        if (std::find(temperatures.begin(), temperatures.end(), r.temperature) == temperatures.end())
+            temperatures.push_back(r.temperature);
+    for (const double t : temperatures) {
+        const TreeResult* best_tree = nullptr;
+        for (const TreeResult& r : report.trees)
+            if (r.temperature == t && (best_tree == nullptr || r.speedup() > best_tree->speedup())) best_tree = &r;
+        const ConfigurationResult* best_chain = nullptr;
+        for (const ConfigurationResult& c : report.configurations)
+            if (c.temperature == t && (best_chain == nullptr || c.speedup() > best_chain->speedup())) best_chain = &c;
+        if (best_tree == nullptr) continue;
+        out << detail::format("best tree at T=%g: %s (%s) %.2fx", t, best_tree->label.c_str(), best_tree->shape.c_str(),
+                              best_tree->speedup());
+        if (best_chain != nullptr)
+            out << detail::format(", best chain k=%s %.2fx: tree/chain %.2f", best_chain->label().c_str(),
+                                  best_chain->speedup(), best_tree->speedup() / best_chain->speedup());
+        out << "\n";
+    }
 }
 
 }  // namespace specdec::bench

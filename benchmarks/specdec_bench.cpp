@@ -5,6 +5,7 @@
 //   specdec-bench                                   embedded synthetic pair, CPU
 //   specdec-bench --target t.gguf --draft d.gguf    real models
 //   specdec-bench --target t.gguf --draft prompt-lookup
+//   specdec-bench --tree auto,3x2x1                 token-tree rows too
 //   specdec-bench --export-gguf DIR                 write the synthetic pair as GGUF files
 //
 // Exit status: 0 success, 1 the library reported an error, 2 bad command line.
@@ -74,6 +75,7 @@ int benchmark_and_report(Draft& draft, Target& target, BenchInputs inputs, const
 
     print_header(std::cout, report);
     print_table(std::cout, report);
+    print_tree_table(std::cout, report);
     print_roofline(std::cout, report);
     print_prefill(std::cout, report);
     std::cout << "wall time " << report.wall_seconds << " s\n";
@@ -135,6 +137,8 @@ int run(const BenchOptions& options) {
                                   .auto_max_draft_tokens = options.auto_max_draft_tokens,
                                   .rules = options.rules,
                                   .temperatures = options.temperatures,
+                                  .trees = options.trees,
+                                  .tree_max_nodes = options.tree_max_nodes,
                                   .new_tokens = options.new_tokens,
                                   .repetitions = options.repetitions,
                                   .seed = options.seed};

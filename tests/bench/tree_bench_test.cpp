@@ -1,0 +1,73 @@
+// The --tree rows of specdec-bench on toy models with the tree pass: the
+// option parsing, the interleaved runs (greedy rows reproduce the
+// autoregressive tokens), the prediction from measured acceptance, and the
+// table and JSON that report them.
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "../../benchmarks/bench_options.hpp"
+#include "../../benchmarks/bench_runner.hpp"
+#include "../../benchmarks/report_json.hpp"
+#include "../../benchmarks/report_table.hpp"
+#include "support/catch.hpp"
+#include "support/toy_models.hpp"
+
+using specdec::Token;
+using specdec::test::ToyLM;
+
+TEST_CASE("the tree option takes auto and shapes, and refuses a malformed shape", "[bench][cli][tree]") {
+    const std::vector<std::string_view> arguments{"--tree", "auto,3x2x1,4", "--tree-max-nodes", "12"};
+    const auto options = specdec::bench::parse_options(arguments);
+    CHECK(options.trees == std::vector<std::string>{"auto", "3x2x1", "4"});
+    CHECK(options.tree_max_nodes == 12);
+    const std::vector<std::string_view> bad{"--tree", "3x0"};
+    CHECK_THROWS_AS(specdec::bench::parse_options(bad), specdec::bench::UsageError);
+    CHECK(specdec::bench::parse_options(std::vector<std::string_view>{}).trees.empty());
+}
+
+TEST_CASE("tree rows run interleaved with autoregressive decoding and report shape, nodes, speedup and prediction", "[bench][tree]") {
+    ToyLM target({.vocab = 16, .seed = 21, .sharpness = 1.0});
+    ToyLM draft({.vocab = 16, .seed = 21, .sharpness = 1.0, .noise_seed = 4, .noise = 0.5});
+    const std::vector<Token> prompt{1, 2, 3};
+    specdec::bench::CostMeasurement costs;
+    costs.target_step_seconds = 1.0;
+    costs.draft_step_seconds = 0.1;
+    costs.verified_tokens = {10};  // 3x2: 9 nodes and the pending token
+    costs.verification_seconds = {1.2};
+    const auto rows = specdec::bench::run_tree_configurations(draft, target, prompt, {"auto", "3x2"}, 12, {0.0, 1.0}, 40,
+                                                              2, 7, costs);
+    REQUIRE(rows.size() == 4);
+    for (const auto& row : rows) {
+        INFO(row.label << " T " << row.temperature);
+        CHECK(row.speculative.generated_tokens == 80);
+        CHECK(row.autoregressive.generated_tokens == 80);
+        CHECK(row.speedup_per_repetition.size() == 2);
+        CHECK(row.tokens_per_pass() > 1.0);
+        CHECK(row.predicted_speedup > 0.0);
+        if (row.temperature == 0.0) CHECK(row.greedy_match == std::optional<bool>(true));
+    }
+    CHECK(rows[1].shape == "3x2");
+    CHECK(rows[1].nodes_per_pass() == Approx(9.0).margin(1.0));
+    // The prediction from acceptance by rank: E / (passes * c + v_9) with the measured a(d, r).
+    const auto& fixed = rows[1];
+    double expected = 1.0;
+    const double a00 = fixed.acceptance(0, 0), a01 = fixed.acceptance(0, 1), a02 = fixed.acceptance(0, 2);
+    const double a10 = fixed.acceptance(1, 0), a11 = fixed.acceptance(1, 1);
+    const double root[3] = {a00, (1 - a00) * a01, (1 - a00) * (1 - a01) * a02};
+    for (const double r : root) expected += r + r * a10 + r * (1 - a10) * a11;
+    const double passes = static_cast<double>(fixed.speculative.draft_forward_passes) / fixed.speculative.target_forward_passes;
+    CHECK(fixed.predicted_speedup == Approx(expected / (passes * 0.1 + 1.2)).epsilon(1e-9));
+
+    specdec::bench::BenchReport report;
+    report.trees = rows;
+    std::ostringstream table;
+    specdec::bench::print_tree_table(table, report);
+    CHECK(table.str().find("best tree at T=0: ") != std::string::npos);
+    CHECK(table.str().find("3x2") != std::string::npos);
+    const auto json = specdec::bench::report_to_json(report);
+    REQUIRE(json["trees"].size() == 4);
+    CHECK(json["trees"][1]["shape"] == "3x2");
+    CHECK(json["trees"][1]["acceptance_by_depth_and_rank"].size() == 2);
+}
