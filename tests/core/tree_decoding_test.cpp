@@ -405,5 +405,20 @@ TEST_CASE("tree steps respect max_new_tokens, stop tokens and the context", "[tr
     specdec::TreeSpeculativeDecoder limited(specdec::target(target2), specdec::draft(draft2),
                                             {.sampling = {.temperature = 0.0}, .max_new_tokens = 7},
                                             TreeShape::from_branching({2, 2, 2}));
-    CHECK(limited.generate(std::vector<Token>{1, 2, 3}).tokens.size() == 7);
+    const auto seven = limited.generate(std::vector<Token>{1, 2, 3}).tokens;
+    CHECK(seven.size() == 7);
+    // A stop token inside an accepted path ends the generation there.
+    specdec::TreeSpeculativeDecoder stopping(specdec::target(target2), specdec::draft(draft2),
+                                             {.sampling = {.temperature = 0.0}, .max_new_tokens = 7, .stop_tokens = {seven[3]}},
+                                             TreeShape::from_branching({2, 2, 2}));
+    const auto stopped = stopping.generate(std::vector<Token>{1, 2, 3});
+    const auto first_stop = std::find(seven.begin(), seven.end(), seven[3]);
+    CHECK(stopped.stop_reason == specdec::StopReason::stop_token);
+    CHECK(stopped.tokens == std::vector<Token>(seven.begin(), first_stop + 1));
+    // A draft whose context is smaller than the target's: its pending tree is kept within it.
+    ToyLM target3({.vocab = 12, .seed = 3}), small_draft({.vocab = 12, .seed = 3, .noise_seed = 1, .noise = 0.2, .context = 9});
+    specdec::TreeSpeculativeDecoder small(specdec::target(target3), specdec::draft(small_draft),
+                                          {.sampling = {.temperature = 1.0}, .max_new_tokens = 12},
+                                          TreeShape::from_branching({3, 3, 2}));
+    CHECK(small.generate(std::vector<Token>{1, 2, 3}).tokens.size() == 12);
 }

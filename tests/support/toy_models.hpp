@@ -75,6 +75,8 @@ public:
     LogitsView forward_tree(std::span<const Token> tokens, std::span<const std::int32_t> parents) {
         if (parents.size() != tokens.size()) throw Error("ToyLM forward_tree: one parent per token expected");
         const std::size_t before = pending_tokens_.size();
+        if (before + tokens.size() > options_.context - cache_.size())
+            throw Error("ToyLM forward_tree: the pending tree would hold more nodes than the free context");
         std::vector<Token> history;
         std::vector<float> rows(tokens.size() * options_.vocab);
         for (std::size_t i = 0; i < tokens.size(); ++i) {

@@ -108,6 +108,14 @@ public:
                 level_parents.push_back(parent < 0 ? -1 : pending[static_cast<std::size_t>(parent)]);
                 level_nodes.push_back(static_cast<std::int32_t>(node));
             }
+            // The pending tree must fit the draft's free context: nodes beyond it stay leaves.
+            const std::size_t free = context > history ? context - history : 0;
+            const std::size_t allowed = free > pending_size ? free - pending_size : 0;
+            if (level_nodes.size() > allowed) {
+                level_nodes.resize(allowed);
+                level_tokens.resize(allowed);
+                level_parents.resize(allowed);
+            }
             if (level_nodes.empty()) break;
             logits = cache_.model().forward_tree(level_tokens, level_parents);
             tree_pass = true;

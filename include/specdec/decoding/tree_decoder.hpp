@@ -119,7 +119,7 @@ public:
     }
 
     // One draft -> verify step: drafts the policy's tree (no deeper than
-    // max_tokens - 1 and the context allow), scores the pending token and every
+    // max_tokens - 1 allows, no larger than the free context holds), scores the pending token and every
     // node in one tree pass of the target, commits the accepted path plus one
     // token from the target. Emission, stop tokens and callbacks as
     // SpeculativeDecoder::step. After the call: the target's cache holds
@@ -140,13 +140,15 @@ public:
             return result;
         }
         const DecodingOptions& options = this->options_;
-        // The deepest node sits at position committed + depth - 1, and a step
-        // emits at most depth + 1 tokens.
+        // The deepest node sits at position committed + depth - 1, a step
+        // emits at most depth + 1 tokens, and the pass's pending nodes (the
+        // uncached chain and the tree) must fit the target's free context.
         const std::size_t max_depth = std::min(context - committed, max_tokens - 1);
+        const std::size_t max_nodes = context - committed;
         const CounterRng rng{options.seed};
 
         const auto draft_start = detail::Clock::now();
-        const TreeShape shape = TreeShape(policy_.plan(max_depth, committed)).truncated(max_depth);
+        const TreeShape shape = TreeShape(policy_.plan(max_depth, committed)).truncated(max_depth).first_nodes(max_nodes);
         TreeProposal tree;
         if (!shape.empty()) tree = drafter_.propose_tree(TreeDraftRequest{history, shape, options.sampling, rng});
         stats.draft_seconds = detail::seconds_since(draft_start);

@@ -135,6 +135,12 @@ public:
         return TreeShape(std::move(kept));
     }
 
+    // The first max_nodes nodes (breadth first, so still a tree of this shape's slots).
+    [[nodiscard]] TreeShape first_nodes(std::size_t max_nodes) const {
+        if (max_nodes >= size()) return *this;
+        return TreeShape(std::vector<std::int32_t>(parents_.begin(), parents_.begin() + static_cast<std::ptrdiff_t>(max_nodes)));
+    }
+
     // "chain 4", "3x2x1" for a uniform branching, else "15 nodes 3+6+6".
     [[nodiscard]] std::string describe() const {
         std::ostringstream out;
