@@ -193,6 +193,17 @@ inline void print_tree_table(std::ostream& out, const BenchReport& report) {
                               r.acceptance(0, 0), r.acceptance(0, 1), r.acceptance(0, 2))
             << "\n";
     }
+    out << "   T  tree        draft ms  verify ms  accept ms  (per target pass)  draft passes/step  target pass width\n";
+    for (const TreeResult& r : report.trees) {
+        const GenerationStats& s = r.speculative;
+        const double passes = static_cast<double>(std::max<std::size_t>(1, s.target_forward_passes));
+        const double after_prefill = static_cast<double>(s.target_tokens - s.prefill_tokens);
+        out << detail::format("%4.2g  %-10s %9.2f %10.2f %10.2f %37.2f %19.2f", r.temperature, r.label.c_str(),
+                              1e3 * s.draft_seconds / passes, 1e3 * s.target_seconds / passes,
+                              1e3 * s.acceptance_seconds / passes, static_cast<double>(s.draft_forward_passes) / passes,
+                              after_prefill / passes)
+            << "\n";
+    }
     out << "auto: AutoTree chose each step's tree from its online cost model (shape drafted = its plan at the end, "
            "predicted = its own model); a fixed tree's prediction uses the measured acceptance by depth and rank and "
            "v of a chain pass as wide as the tree\n";

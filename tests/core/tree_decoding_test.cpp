@@ -181,6 +181,7 @@ TEST_CASE("tree shapes: branching, chains, parsing, truncation and invalid shape
     CHECK(TreeShape::chain(4).describe() == "chain 4");
     CHECK(tree.truncated(2).size() == 9);
     CHECK(TreeShape({-1, -1, 0}).describe() == "3 nodes 2+1");
+    CHECK(TreeShape::from_branching({4}).describe() == "4 nodes 4");
     CHECK_THROWS_WITH(TreeShape({-1, 1}), Catch::Contains("node 1 has parent 1"));
     CHECK_THROWS_WITH(TreeShape({-1, 0, -1}), Catch::Contains("expected the nodes breadth first"));
     CHECK_THROWS_WITH(TreeShape::parse("3x0"), Catch::Contains("invalid tree shape \"3x0\""));

@@ -166,9 +166,10 @@ struct TreePlan {
 //            interpolated linearly between measured ones, extrapolated along
 //            the last measured slope); d seconds per draft pass; o the rest.
 // The first warmup_steps steps draft the warmup shape; then every step drafts
-// the optimiser's tree, and one step in explore_every drafts the tree the
-// optimiser finds when unmeasured slots are promised their neighbours' full
-// acceptance, so that wider and deeper trees keep being measured. Shapes
+// the optimiser's tree, and one step in explore_every drafts a slightly larger
+// one (two more nodes, one more depth at most) chosen as if unmeasured slots
+// had their neighbours' full acceptance, so that wider and deeper trees keep
+// being measured. Shapes
 // depend on measured times, so two runs with one seed may draft differently
 // (each run is still exact).
 class AutoTree {
@@ -200,9 +201,16 @@ public:
 
     TreeShape plan(std::size_t max_depth, std::uint64_t) {
         if (steps_ < options_.warmup_steps) return options_.warmup.truncated(max_depth);
+        const std::size_t depth = std::min(max_depth, options_.max_depth);
+        last_plan_ = optimise(depth, options_.max_nodes, false);
         const bool explore = options_.explore_every > 0 && steps_ % options_.explore_every == 0;
-        last_plan_ = optimise(std::min(max_depth, options_.max_depth), explore);
-        return last_plan_.shape;
+        if (!explore) return last_plan_.shape;
+        // A little beyond the plan (two more nodes, one more depth), where
+        // unmeasured slots are promised their neighbours' full acceptance:
+        // adjacent widths and ranks get measured without paying for a far
+        // larger pass.
+        const TreeShape& planned = last_plan_.shape;
+        return optimise(std::min(depth, planned.depth() + 1), planned.size() + 2, true).shape;
     }
 
     void observe(const TreeStepOutcome& outcome) {
@@ -233,7 +241,7 @@ public:
     }
     [[nodiscard]] std::size_t steps_observed() const { return steps_; }
     // The optimiser's plan for an unbounded step, from what was measured so far.
-    [[nodiscard]] TreePlan current_plan() const { return optimise(options_.max_depth, false); }
+    [[nodiscard]] TreePlan current_plan() const { return optimise(options_.max_depth, options_.max_nodes, false); }
     // Its predicted tokens per second relative to autoregressive decoding.
     [[nodiscard]] double predicted_speedup() const {
         const TreePlan plan = current_plan();
@@ -262,9 +270,9 @@ private:
         return (read(accepted_, d, r) + s * prior) / (read(tested_, d, r) + s);
     }
 
-    [[nodiscard]] TreePlan optimise(std::size_t max_depth, bool optimistic) const {
+    [[nodiscard]] TreePlan optimise(std::size_t max_depth, std::size_t max_nodes, bool optimistic) const {
         // Memoised estimates: the optimiser asks for the same slots many times.
-        const std::size_t ranks = options_.max_nodes;
+        const std::size_t ranks = max_nodes;
         std::vector<double> table((max_depth + 1) * (ranks + 1), -1.0);
         auto acceptance = [&](std::size_t d, std::size_t r) {
             if (d > max_depth || r > ranks) return estimate(d, r, optimistic);
@@ -274,7 +282,7 @@ private:
         };
         TreeCosts costs{[this](std::size_t n) { return verify_seconds(n); }, std::max(0.0, draft_pass_),
                         std::max(0.0, other_)};
-        return optimise_tree(acceptance, costs, options_.max_nodes, max_depth);
+        return optimise_tree(acceptance, costs, max_nodes, max_depth);
     }
 
     // V(n): measured, else linear between the nearest measured widths, else

@@ -150,7 +150,8 @@ public:
             return out.str();
         }
         std::vector<std::size_t> branching;
-        if (uniform_branching(branching)) {
+        // (One level of n siblings is written "n nodes n": "n" alone reads as a chain.)
+        if (depth_ > 1 && uniform_branching(branching)) {
             for (std::size_t d = 0; d < branching.size(); ++d) out << (d ? "x" : "") << branching[d];
             return out.str();
         }
