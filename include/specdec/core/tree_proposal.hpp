@@ -15,8 +15,8 @@ namespace specdec {
 struct TreeProposal {
     // Node i: token tokens[i], child of node parents[i], or of the committed
     // sequence when parents[i] == -1. A parent comes before its children.
-    std::vector<Token> tokens;
-    std::vector<std::int32_t> parents;
+    std::vector<Token> tokens{};
+    std::vector<std::int32_t> parents{};
 
     // The children of one node form a sibling group, ranked by node index. A
     // group drawn from a distribution q was drawn WITHOUT replacement in rank
@@ -25,8 +25,8 @@ struct TreeProposal {
     // node i's group was drawn from; every node of a group names the same row.
     // -1, or an empty distribution_of, marks point-mass nodes: deterministic
     // given the context (prompt lookup, greedy drafting).
-    std::vector<float> probabilities;
-    std::vector<std::int32_t> distribution_of;
+    std::vector<float> probabilities{};
+    std::vector<std::int32_t> distribution_of{};
     std::size_t vocab = 0;
 
     // Forward passes the drafter spent to produce this proposal (for statistics).
@@ -48,7 +48,7 @@ struct TreeProposal {
 // supplies after it (drawn from the residual when every child of the last
 // node was rejected, from the target's row when that node is a leaf).
 struct TreeVerdict {
-    std::vector<std::int32_t> path;
+    std::vector<std::int32_t> path{};
     Token next_token = 0;
 };
 

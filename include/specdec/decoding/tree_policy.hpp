@@ -31,7 +31,7 @@ struct TreeStepOutcome {
     std::size_t draft_passes = 0;     // draft forward passes
     std::size_t verified_tokens = 0;  // width of the target's pass (pending tokens + nodes)
     // [d][r]: whether the sibling of rank r at depth d + 1 was tested / accepted in this step.
-    std::vector<std::vector<std::size_t>> tested, accepted_at;
+    std::vector<std::vector<std::size_t>> tested{}, accepted_at{};
     double draft_seconds = 0.0;
     double target_seconds = 0.0;
     double acceptance_seconds = 0.0;
