@@ -18,7 +18,6 @@ using specdec::TreeShape;
 
 namespace {
 
-// A template so that nothing here is instantiated while the model has no tree pass.
 template <class Model>
 void check_greedy_equivalence(Model& target, Model& draft, Model& reference, const std::vector<Token>& prompt,
                               std::size_t new_tokens) {
@@ -61,54 +60,27 @@ void check_cache_after_tree_steps(Model& target, Model& draft, Model& fresh, con
     }
 }
 
-// Templates of the model type, so that while the model has no tree pass the
-// discarded branches are never instantiated.
-template <class Model = LlamaModel>
-void greedy_on_the_synthetic_pair() {
-    if constexpr (!specdec::TreeLM<Model>) {
-        SPECDEC_SKIP("the CPU LlamaModel has no tree pass (specdec::TreeLM)");
-    } else {
-        specdec::SyntheticPair pair = specdec::make_synthetic_pair({.size = "tiny", .threads = 1});
-        Model reference = specdec::make_synthetic_target({.size = "tiny", .threads = 1});
-        check_greedy_equivalence(pair.target, pair.draft, reference, std::vector<Token>{1, 17, 42, 5}, 40);
-    }
-}
-
-template <class Model = LlamaModel>
-void greedy_on_stories260k() {
-    if constexpr (!specdec::TreeLM<Model>) {
-        SPECDEC_SKIP("the CPU LlamaModel has no tree pass (specdec::TreeLM)");
-    } else {
-        SPECDEC_REQUIRE_FIXTURE(path, "stories260K.gguf");
-        SPECDEC_REQUIRE_FIXTURE(q4_path, "stories260K-q4_0.gguf");
-        Model target = Model::from_gguf(path, {.threads = 1});
-        Model reference = Model::from_gguf(path, {.threads = 1});
-        Model draft = Model::from_gguf(q4_path, {.threads = 1});
-        check_greedy_equivalence(target, draft, reference, std::vector<Token>{1, 403, 407, 261}, 48);
-    }
-}
-
-template <class Model = LlamaModel>
-void cache_after_tree_steps() {
-    if constexpr (!specdec::TreeLM<Model>) {
-        SPECDEC_SKIP("the CPU LlamaModel has no tree pass (specdec::TreeLM)");
-    } else {
-        specdec::SyntheticPair pair = specdec::make_synthetic_pair({.size = "tiny", .threads = 1});
-        Model fresh = specdec::make_synthetic_target({.size = "tiny", .threads = 1});
-        check_cache_after_tree_steps(pair.target, pair.draft, fresh, std::vector<Token>{1, 17, 42, 5});
-    }
-}
+static_assert(specdec::TreeLM<LlamaModel>, "the CPU LlamaModel has the tree pass these tests use");
 
 }  // namespace
 
 TEST_CASE("greedy tree decoding on the synthetic tiny pair equals greedy autoregressive decoding", "[model][tree]") {
-    greedy_on_the_synthetic_pair();
+    specdec::SyntheticPair pair = specdec::make_synthetic_pair({.size = "tiny", .threads = 1});
+    LlamaModel reference = specdec::make_synthetic_target({.size = "tiny", .threads = 1});
+    check_greedy_equivalence(pair.target, pair.draft, reference, std::vector<Token>{1, 17, 42, 5}, 40);
 }
 
 TEST_CASE("greedy tree decoding on stories260K (Q4_0 draft) equals greedy autoregressive decoding", "[model][tree][fixture]") {
-    greedy_on_stories260k();
+    SPECDEC_REQUIRE_FIXTURE(path, "stories260K.gguf");
+    SPECDEC_REQUIRE_FIXTURE(q4_path, "stories260K-q4_0.gguf");
+    LlamaModel target = LlamaModel::from_gguf(path, {.threads = 1});
+    LlamaModel reference = LlamaModel::from_gguf(path, {.threads = 1});
+    LlamaModel draft = LlamaModel::from_gguf(q4_path, {.threads = 1});
+    check_greedy_equivalence(target, draft, reference, std::vector<Token>{1, 403, 407, 261}, 48);
 }
 
 TEST_CASE("after tree steps the target's next logits equal a fresh model's on the committed tokens", "[model][tree]") {
-    cache_after_tree_steps();
+    specdec::SyntheticPair pair = specdec::make_synthetic_pair({.size = "tiny", .threads = 1});
+    LlamaModel fresh = specdec::make_synthetic_target({.size = "tiny", .threads = 1});
+    check_cache_after_tree_steps(pair.target, pair.draft, fresh, std::vector<Token>{1, 17, 42, 5});
 }
