@@ -21,7 +21,7 @@ class KvCache {
 public:
     KvCache() = default;
     KvCache(std::size_t layers, std::size_t capacity, std::size_t kv_heads, std::size_t head_dim)
-        : layers_(layers), capacity_(capacity), kv_heads_(kv_heads), head_dim_(head_dim),
+        : capacity_(capacity), kv_heads_(kv_heads), head_dim_(head_dim),
           // Not zero-filled: pages are only touched as positions are written.
           data_(allocate(layers, capacity, kv_heads, head_dim)) {}
 
@@ -69,7 +69,7 @@ private:
         return nullptr;  // unreachable
     }
 
-    std::size_t layers_ = 0, capacity_ = 0, kv_heads_ = 0, head_dim_ = 0, size_ = 0;
+    std::size_t capacity_ = 0, kv_heads_ = 0, head_dim_ = 0, size_ = 0;
     std::unique_ptr<float[]> data_;
 };
 
