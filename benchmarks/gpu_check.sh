@@ -1,17 +1,30 @@
 #!/usr/bin/env bash
 # The GPU check, in one command on a machine with an NVIDIA GPU (sized for one
-# H200: well under 8 minutes in all):
-#   1. configure and build the CUDA tests and specdec-bench for sm_90;
-#   2. run every [cuda] test (logits vs the CPU model, exactness, decoding...);
+# H200: under 9 minutes in all, every stage under its own time limit). Every
+# stage runs and keeps its log, whatever the stages before it did; the summary
+# at the end lists each stage's verdict and time, and the exit status is
+# non-zero when any stage failed.
+#   1. binaries: the CUDA tests and specdec-bench for sm_90, taken from
+#      $SPECDEC_GPU_PREBUILT when they start there (scripts/gpu_prebuild.sh
+#      builds them on a machine without a GPU), else configured and built here;
+#   2. every [cuda] test (logits vs the CPU model, exactness, decoding...);
 #      a run where the tests found no device fails: nothing was verified;
 #   3. benchmark autoregressive vs speculative decoding on the device with the
 #      ~2.8B-parameter synthetic target and its 1-layer early-exit draft, at
-#      temperatures 0 and 1, writing JSON (and SVG).
+#      temperatures 0 and 1, writing JSON and SVG;
+#   4. compute-sanitizer: memcheck over the model, decoding, logits and error
+#      tests; racecheck, synccheck and initcheck over the kernels that share
+#      memory or synchronise a block (sampling, acceptance, the forward pass);
+#   5. the same benchmark on the default 100m pair.
 # Results go to $SPECDEC_GPU_CHECK_OUT (else $OUT, else build-gpu-check/results).
-# Environment: SPECDEC_BUILD_DIR (default build-gpu-check), SPECDEC_JOBS,
-# SPECDEC_CUDA_ARCH (default 90), SPECDEC_FIXTURES (the folder holding
-# stories260K*.gguf; without it the fixture comparisons skip with a message).
-set -euo pipefail
+# Environment: SPECDEC_GPU_CHECK_BUDGET (seconds for all stages, default 540),
+# SPECDEC_BUILD_DIR (default build-gpu-check), SPECDEC_JOBS,
+# SPECDEC_CUDA_ARCH (default 90), SPECDEC_GPU_PREBUILT (a folder holding
+# specdec_cuda_tests and specdec-bench), SPECDEC_GPU_DEPS (a prefix holding the
+# Catch2 and nlohmann_json CMake packages, for a build on a bare machine),
+# SPECDEC_FIXTURES (the folder holding stories260K*.gguf; without it the
+# fixture comparisons skip with a message).
+set -uo pipefail
 cd "$(dirname "$0")/.."
 
 build_dir=${SPECDEC_BUILD_DIR:-build-gpu-check}
@@ -19,31 +32,129 @@ out_dir=${SPECDEC_GPU_CHECK_OUT:-${OUT:-$build_dir/results}}
 jobs=${SPECDEC_JOBS:-$(nproc)}
 arch=${SPECDEC_CUDA_ARCH:-90}
 mkdir -p "$out_dir"
+summary="$out_dir/summary.txt"
+: >"$summary"
+failures=0
+# The whole check's time budget: each stage's limit shrinks to fit what is left,
+# so the run ends (and its logs can be collected) inside the machine's lease.
+budget=${SPECDEC_GPU_CHECK_BUDGET:-540}
 log() { echo "[gpu_check $(date +%H:%M:%S)] $*"; }
 
-log "device: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo 'nvidia-smi not available')"
+# run_stage NAME SECONDS COMMAND...: runs COMMAND under a time limit, its output
+# both shown and kept in $out_dir/NAME.log, and records the verdict.
+run_stage() {
+  local name=$1 limit=$2
+  shift 2
+  local remaining=$((budget - SECONDS))
+  if [ "$remaining" -lt 15 ]; then
+    record "$name" "NOT RUN: the ${budget}s budget is spent"
+    return 0
+  fi
+  [ "$limit" -le $((remaining - 10)) ] || limit=$((remaining - 10))
+  log "stage $name (limit ${limit}s): $*"
+  local started=$SECONDS status=0
+  timeout --kill-after=15 "$limit" "$@" >"$out_dir/$name.log" 2>&1 || status=$?
+  local verdict=ok
+  if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then verdict="TIMED OUT after ${limit}s"
+  elif [ "$status" -ne 0 ]; then verdict="FAILED (exit status $status)"; fi
+  [ "$verdict" = ok ] || failures=$((failures + 1))
+  printf '%-22s %-28s %4ds\n' "$name" "$verdict" $((SECONDS - started)) | tee -a "$summary"
+  tail -25 "$out_dir/$name.log"
+  return 0
+}
+# record NAME VERDICT: a stage decided without a command of its own.
+record() {
+  [ "$2" = ok ] || failures=$((failures + 1))
+  printf '%-22s %-28s\n' "$1" "$2" | tee -a "$summary"
+}
 
-log "configure + build (sm_$arch, $jobs jobs)"
-cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
-  -DSPECDEC_BUILD_TESTS=ON -DSPECDEC_BUILD_BENCHMARKS=ON -DSPECDEC_BUILD_EXAMPLES=OFF >"$out_dir/configure.log"
-cmake --build "$build_dir" --target specdec_cuda_tests specdec-bench -j"$jobs" >"$out_dir/build.log" 2>&1 ||
-  { tail -50 "$out_dir/build.log"; exit 1; }
+log "device: $(nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader 2>&1 | head -1)"
+{ nvidia-smi 2>&1; nvcc --version 2>&1; ldd --version 2>&1 | head -1; uname -a; nproc; } >"$out_dir/machine.log"
 
-log "[cuda] tests"
-status=0
-"$build_dir/tests/cuda/specdec_cuda_tests" "[cuda]" --durations yes 2>&1 | tee "$out_dir/cuda_tests.log" || status=$?
-if grep -q "skipped: no CUDA device" "$out_dir/cuda_tests.log"; then
-  log "FAILED: the tests found no CUDA device, so nothing was verified"
-  exit 1
+# The CUDA libraries the binaries link (cudart, cuBLAS) may sit outside the
+# loader's default path on a toolkit image.
+for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \
+  $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, q, "lib") for p in nvidia.__path__ for q in os.listdir(p)))' 2>/dev/null); do
+  if [ -d "$dir" ] && ls "$dir"/libcublas.so* >/dev/null 2>&1; then
+    export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+done
+
+# --- 1. binaries -----------------------------------------------------------
+tests_bin="" bench_bin=""
+# (Catch2 v2's listing exits with the number of tests, so look at its output.)
+binaries_start() { { "$1" --list-test-names-only 2>/dev/null || true; } | grep -q "GPU"; }
+if [ -n "${SPECDEC_GPU_PREBUILT:-}" ] && [ -x "$SPECDEC_GPU_PREBUILT/specdec_cuda_tests" ]; then
+  ldd "$SPECDEC_GPU_PREBUILT/specdec_cuda_tests" "$SPECDEC_GPU_PREBUILT/specdec-bench" >"$out_dir/prebuilt_ldd.log" 2>&1
+  if binaries_start "$SPECDEC_GPU_PREBUILT/specdec_cuda_tests" && "$SPECDEC_GPU_PREBUILT/specdec-bench" --help >/dev/null 2>&1; then
+    tests_bin=$SPECDEC_GPU_PREBUILT/specdec_cuda_tests bench_bin=$SPECDEC_GPU_PREBUILT/specdec-bench
+    record binaries "ok (prebuilt)"
+  else
+    log "the prebuilt binaries do not start here (see prebuilt_ldd.log); building"
+  fi
 fi
-if [ "$status" -ne 0 ]; then
-  log "FAILED: [cuda] tests (exit status $status); see $out_dir/cuda_tests.log"
-  exit "$status"
+if [ -z "$tests_bin" ]; then
+  prefix_args=()
+  [ -n "${SPECDEC_GPU_DEPS:-}" ] && prefix_args=(-DCMAKE_PREFIX_PATH="$(realpath "$SPECDEC_GPU_DEPS")")
+  run_stage configure 120 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="$arch" -DSPECDEC_BUILD_TESTS=ON -DSPECDEC_BUILD_BENCHMARKS=ON \
+    -DSPECDEC_BUILD_EXAMPLES=OFF "${prefix_args[@]}"
+  run_stage build 420 cmake --build "$build_dir" --target specdec_cuda_tests specdec-bench -j"$jobs"
+  tests_bin=$build_dir/tests/cuda/specdec_cuda_tests bench_bin=$build_dir/benchmarks/specdec-bench
 fi
 
-log "benchmark: synthetic 3b target + early-exit draft on CUDA"
-"$build_dir/benchmarks/specdec-bench" --backend cuda --synthetic-size 3b \
-  --draft-tokens 1,2,3,4,6,8 --temperatures 0,1 --new-tokens 128 --repetitions 2 --quiet \
-  --json "$out_dir/bench_cuda_3b.json" --svg "$out_dir/bench_cuda_3b.svg" | tee "$out_dir/bench_cuda_3b.txt"
+# --- 2. the [cuda] tests ---------------------------------------------------
+fixture_note=""
+if [ -z "${SPECDEC_FIXTURES:-}" ]; then fixture_note=" (no SPECDEC_FIXTURES: fixture tests skip)"; fi
+if [ -x "$tests_bin" ]; then
+  run_stage cuda_tests 150 "$tests_bin" "[cuda]" --durations yes
+  if grep -q "skipped: no CUDA device" "$out_dir/cuda_tests.log"; then
+    record cuda_device "FAILED: the tests found no CUDA device, so nothing was verified"
+  elif [ -n "$fixture_note" ]; then
+    record fixtures "missing$fixture_note"
+  fi
+else
+  record cuda_tests "FAILED: no test binary"
+fi
 
-log "done: results in $out_dir"
+# --- 3. benchmark: the ~2.8B target ----------------------------------------
+if [ -x "$bench_bin" ]; then
+  run_stage bench_cuda_3b 150 "$bench_bin" --backend cuda --synthetic-size 3b \
+    --draft-tokens 1,2,3,4,6,8 --temperatures 0,1 --new-tokens 128 --repetitions 2 \
+    --json "$out_dir/bench_cuda_3b.json" --svg "$out_dir/bench_cuda_3b.svg"
+else
+  record bench "FAILED: no specdec-bench binary"
+fi
+
+# --- 4. compute-sanitizer --------------------------------------------------
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1 || true)
+if [ -z "$sanitizer" ]; then
+  record sanitizer "FAILED: compute-sanitizer not found"
+elif [ -x "$tests_bin" ]; then
+  # memcheck: every kernel of the model, decoding and error paths, on the
+  # small synthetic models (the statistical tests launch thousands of times
+  # and check no other code; the out-of-memory test asks the driver for more
+  # than the card holds on purpose, an API error memcheck would report).
+  run_stage memcheck 100 "$sanitizer" --tool memcheck --error-exitcode 99 --print-limit 20 \
+    "$tests_bin" '[cuda]~[exactness]~[fixture]~"an allocation larger than the device throws specdec::Error naming out-of-memory"'
+  # racecheck/synccheck/initcheck: the kernels with shared-memory block
+  # reductions (sampling transforms, acceptance) and the batched forward pass.
+  shared_memory_tests='device sampling transforms produce the host'"'"'s distributions,forward_and_verify returns the host verification'"'"'s verdict on the same logits,one batched forward pass equals token-by-token passes on the GPU'
+  run_stage racecheck 50 "$sanitizer" --tool racecheck --racecheck-report hazard --error-exitcode 99 --print-limit 20 \
+    "$tests_bin" "$shared_memory_tests"
+  run_stage synccheck 30 "$sanitizer" --tool synccheck --error-exitcode 99 --print-limit 20 \
+    "$tests_bin" "$shared_memory_tests"
+  run_stage initcheck 30 "$sanitizer" --tool initcheck --error-exitcode 99 --print-limit 20 \
+    "$tests_bin" "$shared_memory_tests"
+fi
+
+# --- 5. benchmark: the default 100m pair, on the device ---------------------
+if [ -x "$bench_bin" ]; then
+  run_stage bench_cuda_100m 45 "$bench_bin" --backend cuda --synthetic-size 100m \
+    --draft-tokens 1,2,4,6 --temperatures 0,1 --new-tokens 128 --repetitions 2 --quiet \
+    --json "$out_dir/bench_cuda_100m.json"
+fi
+
+log "summary ($failures failed; logs in $out_dir):"
+cat "$summary"
+[ "$failures" -eq 0 ]
