@@ -162,6 +162,23 @@ struct ResidualNotUpdated {
     }
 };
 
+// The bonus token after a fully accepted path of depth >= 3 drawn from the
+// target's row of the last node's parent instead of the last node's own: a
+// bug at the deepest level only, invisible to sequences of 3 tokens.
+struct BonusFromParentRowWhenDeep {
+    specdec::TreeVerdict operator()(const specdec::TreeProposal& tree, specdec::TreeDistributions& p,
+                                    const specdec::detail::TreeIndex& index, const specdec::CounterRng& rng) const {
+        specdec::TreeVerdict verdict = specdec::RecursiveRejection{}(tree, p, index, rng);
+        if (verdict.path.size() >= 3) {
+            const std::int32_t last = verdict.path.back();
+            const std::int32_t parent = tree.parents[static_cast<std::size_t>(last)];
+            verdict.next_token = specdec::sample_from_distribution(
+                p.row(parent), rng.uniform(p.position(last), specdec::RandomPurpose::target_sample));
+        }
+        return verdict;
+    }
+};
+
 // A period-9 pattern over 3 tokens whose 1-gram "0" is followed by 1, 2 and 0
 // at different places: prompt lookup proposes a tree with 3 root children.
 const std::vector<Token> kLookupPrompt{0, 1, 1, 2, 0, 2, 2, 1, 0, 0, 1, 1, 2, 0, 2, 2, 1, 0};
@@ -422,4 +439,49 @@ TEST_CASE("tree steps respect max_new_tokens, stop tokens and the context", "[tr
                                           {.sampling = {.temperature = 1.0}, .max_new_tokens = 12},
                                           TreeShape::from_branching({3, 3, 2}));
     CHECK(small.generate(std::vector<Token>{1, 2, 3}).tokens.size() == 12);
+}
+
+// Trees deeper than the 3-token sequences above reach: the whole sequence is
+// one token longer than the tree, so the first step drafts every depth and a
+// bug at the deepest level or in the bonus row after it changes what is
+// counted (the harness fails a run that never reaches the deepest depth).
+TEST_CASE("deep trees are exact down to their last depth: sequences one token longer than the tree", "[tree][exactness]") {
+    struct Case {
+        TreeShape shape;
+        SamplingOptions sampling;
+    };
+    const std::vector<Case> cases{{TreeShape::from_branching({3, 1, 1}), {.temperature = 1.0}},
+                                  {TreeShape::from_branching({2, 2, 1, 1}), {.temperature = 0.8, .top_k = 2}},
+                                  {TreeShape::from_branching({1, 1, 1, 1}), {.temperature = 1.2, .top_p = 0.9}}};
+    constexpr std::size_t kVocab = 3;
+    for (const Case& c : cases) {
+        ToyLM target(target_options(kVocab)), draft(draft_options(kVocab, 0.3));
+        const std::size_t depth = c.shape.depth();
+        const std::vector<Token> prompt{1, 2};
+        const ExactnessSetup setup{.name = "deep tree " + c.shape.describe() + ", " + std::to_string(depth + 1) +
+                                           "-token sequences, T " + std::to_string(c.sampling.temperature),
+                                   .prompt = prompt,
+                                   .vocab = kVocab,
+                                   .length = depth + 1,
+                                   .draft_tokens = depth,
+                                   .samples = kSamples,
+                                   .target = reference_conditional(target, c.sampling)};
+        check_exact(run_exactness(setup, tree_runner(target, draft, c.shape, c.sampling, depth + 1, prompt)), depth);
+    }
+}
+
+TEST_CASE("negative control (iii): a wrong bonus row after a fully accepted depth-3 path is caught", "[tree][exactness][negative-control]") {
+    const TreeShape shape = TreeShape::from_branching({2, 1, 1});
+    const SamplingOptions sampling{.temperature = 1.0};
+    constexpr std::size_t kVocab = 3;
+    ToyLM target(target_options(kVocab)), draft(draft_options(kVocab, 0.3));
+    const std::vector<Token> prompt{1, 2};
+    const ExactnessSetup setup{.name = "deep tree 2x1x1 with the bonus drawn from the parent's row",
+                               .prompt = prompt,
+                               .vocab = kVocab,
+                               .length = 4,
+                               .draft_tokens = 3,
+                               .samples = kSamples,
+                               .target = reference_conditional(target, sampling)};
+    check_caught(run_exactness(setup, tree_runner<BonusFromParentRowWhenDeep>(target, draft, shape, sampling, 4, prompt)), 3);
 }
