@@ -7,6 +7,7 @@
 // magnitude ~10. f16 / bf16 weights and GEMM inputs carry 11 / 8 significant
 // bits: the row's relative L2 error is bounded by 1e-2 / 4e-2.
 #include <fstream>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -113,6 +114,40 @@ TEST_CASE("GPU logits match the CPU model and the float64 reference on stories26
     require_logits_close(gpu_logits, cpu.forward(prefix), 2e-3f);
 }
 
+namespace {
+
+// A copy of `weights` with every matrix decoded to F32 by cpu::dequantize_row:
+// the values the CUDA backend uploads for a quantised file.
+specdec::LlamaWeights dequantized_copy(const specdec::LlamaWeights& weights) {
+    specdec::LlamaWeights copy = weights;
+    auto decode = [&](specdec::WeightMatrix& w) {
+        auto values = std::make_shared<std::vector<float>>(w.rows * w.cols);
+        for (std::size_t r = 0; r < w.rows; ++r) specdec::cpu::dequantize_row(w, r, values->data() + r * w.cols);
+        w = specdec::WeightMatrix{specdec::WeightType::f32, w.rows, w.cols, reinterpret_cast<const std::byte*>(values->data())};
+        copy.storage.push_back(std::move(values));
+    };
+    const bool tied = weights.tied_output();
+    decode(copy.token_embedding);
+    if (tied) copy.output = copy.token_embedding;
+    else decode(copy.output);
+    for (auto& layer : copy.layers) {
+        for (specdec::WeightMatrix* w : {&layer.query, &layer.key, &layer.value, &layer.attention_output, &layer.ffn_gate,
+                                         &layer.ffn_up, &layer.ffn_down})
+            decode(*w);
+    }
+    return copy;
+}
+
+}  // namespace
+
+// The CPU model multiplies block-quantised weights by activations rounded to
+// 8-bit blocks (llama.cpp's scheme, backends/cpu/quant_matmul.hpp); the CUDA
+// backend decodes the weights on upload and multiplies in f32. So the GPU must
+// reproduce, to f32 rounding, a CPU model holding the decoded values, and stays
+// within the activation rounding of the quantised CPU model: measured on the
+// CPU (the quantised model against the decoded one, the rows below), that
+// rounding moves a stories260K logits row by a relative L2 error of at most
+// 0.0096 (Q8_0) and 0.0081 (Q4_0), up to 0.22 in absolute terms; the bound is 3e-2.
 TEST_CASE("quantised GGUF weights (Q8_0, Q4_0) are dequantised on upload to the CPU model's values",
           "[cuda][logits][fixture]") {
     SPECDEC_REQUIRE_CUDA_DEVICE();
@@ -123,9 +158,12 @@ TEST_CASE("quantised GGUF weights (Q8_0, Q4_0) are dequantised on upload to the 
             return;
         }
         INFO(name);
-        LlamaModel cpu = LlamaModel::from_gguf(*path, {.threads = 2});
+        LlamaModel quantized = LlamaModel::from_gguf(*path, {.threads = 2});
+        LlamaModel decoded(dequantized_copy(quantized.weights()), {.threads = 2});
         CudaLlamaModel gpu = CudaLlamaModel::from_gguf(*path, {.precision = Precision::f32});
-        const auto tokens = test_tokens(32, cpu.vocab_size());
-        require_logits_close(gpu.forward(tokens), cpu.forward(tokens), 2e-3f);
+        const auto tokens = test_tokens(32, quantized.vocab_size());
+        const LogitsView gpu_logits = gpu.forward(tokens);
+        require_logits_close(gpu_logits, decoded.forward(tokens), 2e-3f);
+        require_relative_error_below(gpu_logits, quantized.forward(tokens), 3e-2);
     }
 }
