@@ -2,7 +2,7 @@
 # Prepares a GPU check on a machine that has nvcc but no GPU, so that the GPU
 # machine's time goes to running, not compiling. Writes .gpu-carry/ (ignored by
 # git), to be copied beside the checkout on the GPU machine:
-#   bin/       specdec_cuda_tests and specdec-bench for sm_$SPECDEC_CUDA_ARCH
+#   bin/       specdec_cuda_tests, specdec-bench and initcheck_probe for sm_$SPECDEC_CUDA_ARCH
 #              (default 90), with libstdc++ linked in statically so they start
 #              on an image with an older C++ runtime (cudart and cuBLAS stay
 #              shared: the GPU machine's toolkit provides them);
@@ -28,6 +28,7 @@ cmake --build "$build_dir" --target specdec_cuda_tests specdec-bench -j"${SPECDE
 rm -rf "$carry"
 mkdir -p "$carry/bin" "$carry/fixtures" "$carry/deps/include" "$carry/deps/lib/cmake" "$carry/deps/share/cmake"
 cp "$build_dir/tests/cuda/specdec_cuda_tests" "$build_dir/benchmarks/specdec-bench" "$carry/bin/"
+nvcc -O2 -arch=sm_"$arch" benchmarks/initcheck_probe.cu -o "$carry/bin/initcheck_probe" -lcublas -Xcompiler -static-libstdc++
 strip "$carry/bin/"*
 
 fixtures=${SPECDEC_FIXTURES:-../shared/fixtures}

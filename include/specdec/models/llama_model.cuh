@@ -305,14 +305,6 @@ private:
         s.normed.resize(n * dim * element);
         s.attention_out.resize(n * dim * element);
         s.hidden.resize(n * ffn * element);
-        // The buffers only cuBLAS writes start zeroed. Every pass overwrites the
-        // rows it reads, so this changes no result; it keeps compute-sanitizer's
-        // initcheck usable on this backend, which does not see the stores of
-        // cuBLAS's sm_90 GEMM kernels and would report every read of their
-        // output as uninitialised (benchmarks/gpu_check.sh).
-        SPECDEC_CUDA_CHECK(cudaMemsetAsync(s.qkv.data(), 0, s.qkv.bytes(), s.stream.get()));
-        SPECDEC_CUDA_CHECK(cudaMemsetAsync(s.gate_up.data(), 0, s.gate_up.bytes(), s.stream.get()));
-        SPECDEC_CUDA_CHECK(cudaMemsetAsync(s.logits.data(), 0, s.logits.bytes(), s.stream.get()));
         s.rows_capacity = n;
     }
 
