@@ -40,6 +40,8 @@ struct Options {
     double min_p = 0.05;
     std::optional<std::uint64_t> seed;
     std::size_t draft_tokens = 4;
+    bool auto_length = false;      // -k auto: the decoder chooses each step's length (at most draft_tokens)
+    bool draft_max_given = false;
     std::size_t threads = 0;
     std::size_t context = 0;
     std::size_t lookup_min = 1;
@@ -61,7 +63,9 @@ constexpr const char* kUsage =
     "       --top-p P             1 = off (default 0.95)\n"
     "       --min-p P             0 = off (default 0.05)\n"
     "  -s,  --seed N              sampling seed (default: random, printed at the end)\n"
-    "  -k,  --draft, --draft-max N  tokens drafted per target pass (default 4)\n"
+    "  -k,  --draft N|auto        tokens drafted per target pass (default 4); auto: the decoder chooses each\n"
+    "                             step's length from the acceptance and costs it measures (specdec::AutoLength)\n"
+    "       --draft-max N         with -k auto, the most tokens it drafts per pass (default 8); else as -k N\n"
     "       --lookup-ngram MIN,MAX  n-gram sizes of prompt lookup (default 1,3)\n"
     "  -t,  --threads N           threads (default: all cores)\n"
     "  -c,  --ctx-size N          cap the context (default: the target's)\n"
@@ -114,8 +118,13 @@ Options parse(int argc, char** argv) {
             o.min_p = parse_number<double>(flag, value());
         } else if (flag == "-s" || flag == "--seed") {
             o.seed = parse_number<std::uint64_t>(flag, value());
-        } else if (flag == "-k" || flag == "--draft" || flag == "--draft-max") {
+        } else if (flag == "-k" || flag == "--draft") {
+            const std::string_view length = value();
+            o.auto_length = length == "auto";
+            if (!o.auto_length) o.draft_tokens = parse_number<std::size_t>(flag, length);
+        } else if (flag == "--draft-max") {
             o.draft_tokens = parse_number<std::size_t>(flag, value());
+            o.draft_max_given = true;
         } else if (flag == "--lookup-ngram") {
             const std::string_view range = value();
             const std::size_t comma = range.find(',');
@@ -140,6 +149,7 @@ Options parse(int argc, char** argv) {
     }
     if (o.target.empty()) usage_error("no target model: expected -m TARGET.gguf");
     if (o.prompt.empty()) usage_error("no prompt: expected -p TEXT");
+    if (o.auto_length && !o.draft_max_given) o.draft_tokens = 8;
     if (o.autoregressive && o.check_autoregressive) usage_error("--autoregressive and --check-autoregressive exclude each other");
     if (o.check_autoregressive && o.temperature != 0.0) {
         usage_error("--check-autoregressive compares token for token, which only greedy decoding guarantees: expected --temp 0");
@@ -179,11 +189,28 @@ void print_stats(const char* label, const specdec::GenerationStats& s, bool spec
     std::fprintf(stderr, "%s: %zu tokens in %.3f s, %.1f tokens/s", label, s.generated_tokens, s.total_seconds,
                  s.tokens_per_second());
     if (speculative) {
-        std::fprintf(stderr, "; acceptance %.1f%% (%zu of %zu drafted); %.2f tokens per target pass (%zu passes)",
+        std::fprintf(stderr, "; acceptance %.1f%% (%zu of %zu drafted); %.2f tokens per target pass (%zu passes, "
+                     "%.2f drafts per pass)",
                      100.0 * s.acceptance_rate(), s.draft_tokens_accepted, s.draft_tokens_proposed,
-                     s.mean_tokens_per_target_pass(), s.target_forward_passes);
+                     s.mean_tokens_per_target_pass(), s.target_forward_passes,
+                     s.target_forward_passes == 0 ? 0.0
+                                                  : static_cast<double>(s.draft_tokens_proposed) / s.target_forward_passes);
     }
     std::fprintf(stderr, "\n");
+}
+
+// Speculative decoding with a fixed draft length, or with the length chosen
+// per step (options.draft_tokens is then the maximum).
+template <class Draft, class OnToken>
+specdec::GenerationResult speculate(specdec::LlamaModel& target, Draft& draft, const specdec::DecodingOptions& options,
+                                    bool auto_length, const std::vector<specdec::Token>& prompt, OnToken& on_token) {
+    if (auto_length) {
+        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options,
+                                            specdec::TokenwiseRejection{}, specdec::AutoLength{});
+        return decoder.generate(prompt, on_token);
+    }
+    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options);
+    return decoder.generate(prompt, on_token);
 }
 
 int run(const Options& o) {
@@ -226,19 +253,18 @@ int run(const Options& o) {
         result = decoder.generate(prompt, print);
     } else if (draft) {
         method = "speculative (draft model)";
-        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(*draft), options);
-        result = decoder.generate(prompt, print);
+        result = speculate(target, *draft, options, o.auto_length, prompt, print);
     } else {
         method = "speculative (prompt lookup)";
         specdec::PromptLookupDrafter lookup({.min_ngram = o.lookup_min, .max_ngram = o.lookup_max});
-        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(lookup), options);
-        result = decoder.generate(prompt, print);
+        result = speculate(target, lookup, options, o.auto_length, prompt, print);
     }
     if (!o.quiet) std::printf("%s\n", stream.flush().c_str());
 
-    std::fprintf(stderr, "\ntarget %s, %s, draft length %zu, temperature %g, seed %llu, stopped by %s\n",
+    const std::string length = (o.auto_length ? "auto, at most " : "") + std::to_string(o.draft_tokens);
+    std::fprintf(stderr, "\ntarget %s, %s, draft length %s, temperature %g, seed %llu, stopped by %s\n",
                  o.target.filename().string().c_str(), draft ? o.draft.filename().string().c_str() : "no draft model",
-                 o.draft_tokens, o.temperature, static_cast<unsigned long long>(seed),
+                 length.c_str(), o.temperature, static_cast<unsigned long long>(seed),
                  std::string(specdec::to_string(result.stop_reason)).c_str());
     print_stats(method, result.stats, !o.autoregressive);
 
