@@ -1,9 +1,12 @@
 #pragma once
-// What the speculative and the autoregressive decoder share: the committed
-// token sequence of a session and generate() built on prefill() + step().
+// What the decoders share: the committed token sequence of a session,
+// generate() built on prefill() + step(), the prefill of a target and a
+// drafter, and the check that a draft model shares the target's vocabulary.
+#include <concepts>
 #include <cstddef>
 #include <limits>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -13,6 +16,24 @@
 #include "specdec/decoding/kv_sync.hpp"
 
 namespace specdec::detail {
+
+template <class D>
+concept HasVocabSize = requires(const D& d) {
+    { d.vocab_size() } -> std::convertible_to<std::size_t>;
+};
+
+// A draft that numbers its tokens (a draft model) must number them as the
+// target does; a model-free drafter (prompt lookup) proposes the target's own ids.
+template <class Draft, class Target>
+void check_shared_vocabulary(const Draft& draft, const Target& target) {
+    if constexpr (HasVocabSize<Draft>) {
+        if (draft.vocab_size() != target.vocab_size()) {
+            throw Error("vocabulary mismatch: the draft has " + std::to_string(draft.vocab_size()) +
+                        " tokens, the target has " + std::to_string(target.vocab_size()) +
+                        "; draft and target must share one tokenizer");
+        }
+    }
+}
 
 // Decoder provides
 //   GenerationStats prefill(std::span<const Token> prompt);
@@ -82,6 +103,17 @@ protected:
             target.prefill(uncached.first(uncached.size() - 1));
             stats.prefill_tokens = stats.target_tokens = uncached.size() - 1;
         }
+        stats.prefill_seconds = seconds_since(start);
+        return stats;
+    }
+
+    // prefill_target, then the drafter over the committed sequence (a draft
+    // model catches its cache up the same way); the stats time both.
+    template <class Model, class Drafter>
+    GenerationStats prefill_target_and_drafter(KvSync<Model>& target, Drafter& drafter, std::span<const Token> prompt) {
+        const auto start = Clock::now();
+        GenerationStats stats = prefill_target(target, prompt);
+        drafter.prefill(sequence_);
         stats.prefill_seconds = seconds_since(start);
         return stats;
     }

@@ -56,11 +56,6 @@ struct DrafterFor<Draft> {
     static type make(Draft& draft) { return type{&draft}; }
 };
 
-template <class D>
-concept HasVocabSize = requires(const D& d) {
-    { d.vocab_size() } -> std::convertible_to<std::size_t>;
-};
-
 }  // namespace detail
 
 // Target: the CausalLM whose distribution the output follows.
@@ -87,15 +82,7 @@ public:
           rule_(std::move(rule)),
           policy_(std::move(policy)) {
         validate(this->options_, /*speculative=*/true);
-        if constexpr (detail::HasVocabSize<Draft>) {
-            if (draft.source.vocab_size() != target.model.vocab_size()) {
-                std::ostringstream message;
-                message << "vocabulary mismatch: the draft has " << draft.source.vocab_size()
-                        << " tokens, the target has " << target.model.vocab_size()
-                        << "; draft and target must share one tokenizer";
-                throw Error(message.str());
-            }
-        }
+        detail::check_shared_vocabulary(draft.source, target.model);
     }
 
     // Makes `prompt` the committed sequence and runs the target (and a draft
@@ -106,11 +93,7 @@ public:
     // or a prompt longer than the target's context.
     // After the call: the target's cache holds prompt[0 .. n - 1).
     GenerationStats prefill(std::span<const Token> prompt) {
-        const auto start = detail::Clock::now();
-        GenerationStats stats = this->prefill_target(target_, prompt);
-        drafter_.prefill(this->sequence_);
-        stats.prefill_seconds = detail::seconds_since(start);
-        return stats;
+        return this->prefill_target_and_drafter(target_, drafter_, prompt);
     }
 
     // One draft -> verify step: proposes up to min(draft_tokens, max_tokens - 1)

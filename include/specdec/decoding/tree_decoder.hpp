@@ -61,11 +61,6 @@ struct TreeDrafterFor<Draft> {
     static type make(Draft& draft) { return type{&draft}; }
 };
 
-template <class D>
-concept TreeVocabSize = requires(const D& d) {
-    { d.vocab_size() } -> std::convertible_to<std::size_t>;
-};
-
 }  // namespace detail
 
 // Target: a TreeLM whose distribution the output follows.
@@ -97,25 +92,13 @@ public:
           policy_(std::move(policy)),
           rule_(std::move(rule)) {
         validate(this->options_, /*speculative=*/true);
-        if constexpr (detail::TreeVocabSize<Draft>) {
-            if (draft.source.vocab_size() != target.model.vocab_size()) {
-                std::ostringstream message;
-                message << "vocabulary mismatch: the draft has " << draft.source.vocab_size()
-                        << " tokens, the target has " << target.model.vocab_size()
-                        << "; draft and target must share one tokenizer";
-                throw Error(message.str());
-            }
-        }
+        detail::check_shared_vocabulary(draft.source, target.model);
     }
 
     // As SpeculativeDecoder::prefill. After the call: the target's cache holds
     // prompt[0 .. n - 1).
     GenerationStats prefill(std::span<const Token> prompt) {
-        const auto start = detail::Clock::now();
-        GenerationStats stats = this->prefill_target(target_, prompt);
-        drafter_.prefill(this->sequence_);
-        stats.prefill_seconds = detail::seconds_since(start);
-        return stats;
+        return this->prefill_target_and_drafter(target_, drafter_, prompt);
     }
 
     // One draft -> verify step: drafts the policy's tree (no deeper than
