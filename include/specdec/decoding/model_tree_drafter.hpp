@@ -153,17 +153,21 @@ private:
         const std::size_t vocab = logits.size();
         if (greedy_) {
             (void)greedy_token(logits, "draft model", position);  // checks the row
+            // The `children` largest logits, ties to the lower id, in one pass
+            // over the row (a node has a handful of children; sorting the
+            // whole vocabulary cost more than the draft's own argmax).
             std::vector<Token>& order = expansion.order;
-            for (std::size_t x = 0; x < vocab; ++x)
-                if (logits[x] > -std::numeric_limits<float>::infinity()) order.push_back(static_cast<Token>(x));
-            const std::size_t n = std::min(children, order.size());
-            std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
-                              [&](Token a, Token b) {
-                                  const float la = logits[static_cast<std::size_t>(a)];
-                                  const float lb = logits[static_cast<std::size_t>(b)];
-                                  return la > lb || (la == lb && a < b);
-                              });
-            order.resize(n);
+            order.reserve(children);
+            for (std::size_t x = 0; x < vocab; ++x) {
+                const float value = logits[x];
+                if (!(value > -std::numeric_limits<float>::infinity())) continue;
+                if (order.size() == children && !(value > logits[static_cast<std::size_t>(order.back())])) continue;
+                if (order.size() == children) order.pop_back();
+                // Insert after every kept token whose logit is >= value (those have lower ids).
+                auto at = order.end();
+                while (at != order.begin() && logits[static_cast<std::size_t>(*(at - 1))] < value) --at;
+                order.insert(at, static_cast<Token>(x));
+            }
             return;
         }
         expansion.row = static_cast<std::int32_t>(proposal.probabilities.size() / vocab);
