@@ -9,31 +9,22 @@
 
 #include "specdec/core/model_contract.hpp"
 #include "specdec/core/error.hpp"
+#include "specdec/decoding/draft_model_cache.hpp"
 #include "specdec/decoding/drafter.hpp"
-#include "specdec/decoding/kv_sync.hpp"
 #include "specdec/sampling/logits_processing.hpp"
 
 namespace specdec {
 
 template <CausalLM Model>
-class ModelDrafter {
+class ModelDrafter : public detail::DraftModelCache<Model> {
+    using Cache = detail::DraftModelCache<Model>;
+    using Cache::cache_;
+    using Cache::check_vocab;
+
 public:
-    explicit ModelDrafter(Model& model) : cache_(model) {}
+    explicit ModelDrafter(Model& model) : Cache(model) {}
 
-    [[nodiscard]] std::size_t vocab_size() const { return cache_.model().vocab_size(); }
-    Model& model() { return cache_.model(); }
-
-    void reset() { cache_.reset(); }
-
-    // Runs the draft model over history except its last token, reusing the
-    // longest common prefix already in its cache (see SpeculativeDecoder::prefill).
-    void prefill(std::span<const Token> history) {
-        // A history longer than the draft's context leaves no room to draft
-        // (propose() returns nothing), and feeding it would overflow the cache.
-        if (history.size() > cache_.model().context_length()) return;
-        const std::span<const Token> uncached = cache_.uncached_suffix(history);
-        if (uncached.size() > 1) cache_.prefill(uncached.first(uncached.size() - 1));
-    }
+    using Cache::vocab_size;
 
     DraftProposal propose(const DraftRequest& request) {
         DraftProposal proposal;
@@ -79,18 +70,6 @@ public:
         if (keep_q) proposal.probabilities.resize(proposal.tokens.size() * vocab);
         return proposal;
     }
-
-private:
-    void check_vocab(const LogitsView& logits) const {
-        if (logits.vocab != vocab_size()) {
-            std::ostringstream message;
-            message << "draft model returned logits rows of " << logits.vocab << " values; its vocab_size() is "
-                    << vocab_size();
-            throw Error(message.str());
-        }
-    }
-
-    detail::KvSync<Model> cache_;
 };
 
 }  // namespace specdec

@@ -16,33 +16,26 @@
 #include "specdec/core/error.hpp"
 #include "specdec/core/model_contract.hpp"
 #include "specdec/core/tree_proposal.hpp"
+#include "specdec/decoding/draft_model_cache.hpp"
 #include "specdec/decoding/drafter.hpp"
-#include "specdec/decoding/kv_sync.hpp"
 #include "specdec/sampling/logits_processing.hpp"
 
 namespace specdec {
 
 template <CausalLM Model>
-class ModelTreeDrafter {
+class ModelTreeDrafter : public detail::DraftModelCache<Model> {
     static_assert(TreeLM<Model>,
                   "ModelTreeDrafter: the draft model has no tree pass (specdec::TreeLM: forward_tree and "
                   "commit_tree); a chain-only draft model works with SpeculativeDecoder");
 
+    using Cache = detail::DraftModelCache<Model>;
+    using Cache::cache_;
+    using Cache::check_vocab;
+
 public:
-    explicit ModelTreeDrafter(Model& model) : cache_(model) {}
+    explicit ModelTreeDrafter(Model& model) : Cache(model) {}
 
-    [[nodiscard]] std::size_t vocab_size() const { return cache_.model().vocab_size(); }
-    Model& model() { return cache_.model(); }
-
-    void reset() { cache_.reset(); }
-
-    // Runs the draft model over history except its last token, reusing the
-    // longest common prefix already in its cache.
-    void prefill(std::span<const Token> history) {
-        if (history.size() > cache_.model().context_length()) return;
-        const std::span<const Token> uncached = cache_.uncached_suffix(history);
-        if (uncached.size() > 1) cache_.prefill(uncached.first(uncached.size() - 1));
-    }
+    using Cache::vocab_size;
 
     // Fills request.shape as far as the draft's q allows (a sibling slot beyond
     // the number of tokens q can give is dropped with its subtree). The draft's
@@ -192,14 +185,6 @@ private:
         return token;
     }
 
-    void check_vocab(const LogitsView& logits) const {
-        if (logits.vocab != vocab_size()) {
-            std::ostringstream message;
-            message << "draft model returned logits rows of " << logits.vocab << " values; its vocab_size() is "
-                    << vocab_size();
-            throw Error(message.str());
-        }
-    }
     void check_rows(const LogitsView& logits, std::size_t nodes) const {
         if (logits.rows != nodes || logits.data == nullptr) {
             std::ostringstream message;
@@ -210,7 +195,6 @@ private:
         check_vocab(logits);
     }
 
-    detail::KvSync<Model> cache_;
     bool greedy_ = false;
     std::vector<std::size_t> shape_children_;
     std::vector<Expansion> expansions_;

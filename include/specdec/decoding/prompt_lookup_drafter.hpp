@@ -31,21 +31,12 @@ public:
     DraftProposal propose(const DraftRequest& request) const {
         DraftProposal proposal;
         const auto& history = request.history;
-        const std::size_t length = history.size();
-        for (std::size_t n = std::min(options_.max_ngram, length > 0 ? length - 1 : 0); n >= options_.min_ngram; --n) {
-            const auto suffix = history.subspan(length - n);
-            // Latest match first: recent context predicts the continuation best.
-            for (std::size_t start = length - n; start-- > 0;) {
-                if (!std::equal(suffix.begin(), suffix.end(), history.begin() + static_cast<std::ptrdiff_t>(start)))
-                    continue;
-                const std::size_t from = start + n;
-                const std::size_t count = std::min(request.max_tokens, length - from);
-                proposal.tokens.assign(history.begin() + static_cast<std::ptrdiff_t>(from),
-                                       history.begin() + static_cast<std::ptrdiff_t>(from + count));
-                return proposal;
-            }
-            if (n == 1) break;
-        }
+        for_each_match(history, [&](std::size_t from) {
+            const std::size_t count = std::min(request.max_tokens, history.size() - from);
+            proposal.tokens.assign(history.begin() + static_cast<std::ptrdiff_t>(from),
+                                   history.begin() + static_cast<std::ptrdiff_t>(from + count));
+            return true;  // the first (longest, latest) match only
+        });
         return proposal;
     }
 
@@ -59,34 +50,46 @@ public:
         const std::size_t length = history.size();
         const std::size_t budget = request.shape.size(), max_depth = request.shape.depth();
         if (budget == 0 || max_depth == 0) return proposal;
+        for_each_match(history, [&](std::size_t from) {
+            const std::size_t count = std::min(max_depth, length - from);
+            std::int32_t node = -1;
+            for (std::size_t i = 0; i < count; ++i) {
+                const Token token = history[from + i];
+                std::int32_t child = -1;
+                for (std::size_t c = static_cast<std::size_t>(node + 1); c < proposal.size(); ++c)
+                    if (proposal.parents[c] == node && proposal.tokens[c] == token) child = static_cast<std::int32_t>(c);
+                if (child < 0) {
+                    if (proposal.size() == budget) return true;
+                    child = static_cast<std::int32_t>(proposal.size());
+                    proposal.tokens.push_back(token);
+                    proposal.parents.push_back(node);
+                }
+                node = child;
+            }
+            return false;
+        });
+        return proposal;
+    }
+
+private:
+    // Calls found(from) for every earlier occurrence of the last n tokens of
+    // history, longest n first and, for each n, latest occurrence first
+    // (recent context predicts the continuation best); `from` is the index
+    // after the occurrence. Stops when found returns true.
+    template <class Found>
+    void for_each_match(std::span<const Token> history, Found&& found) const {
+        const std::size_t length = history.size();
         for (std::size_t n = std::min(options_.max_ngram, length > 0 ? length - 1 : 0); n >= options_.min_ngram; --n) {
             const auto suffix = history.subspan(length - n);
             for (std::size_t start = length - n; start-- > 0;) {
                 if (!std::equal(suffix.begin(), suffix.end(), history.begin() + static_cast<std::ptrdiff_t>(start)))
                     continue;
-                const std::size_t from = start + n;
-                const std::size_t count = std::min(max_depth, length - from);
-                std::int32_t node = -1;
-                for (std::size_t i = 0; i < count; ++i) {
-                    const Token token = history[from + i];
-                    std::int32_t child = -1;
-                    for (std::size_t c = static_cast<std::size_t>(node + 1); c < proposal.size(); ++c)
-                        if (proposal.parents[c] == node && proposal.tokens[c] == token) child = static_cast<std::int32_t>(c);
-                    if (child < 0) {
-                        if (proposal.size() == budget) return proposal;
-                        child = static_cast<std::int32_t>(proposal.size());
-                        proposal.tokens.push_back(token);
-                        proposal.parents.push_back(node);
-                    }
-                    node = child;
-                }
+                if (found(start + n)) return;
             }
             if (n == 1) break;
         }
-        return proposal;
     }
 
-private:
     PromptLookupOptions options_;
 };
 
