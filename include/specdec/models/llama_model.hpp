@@ -250,11 +250,15 @@ private:
         const LlamaConfig& c = weights_.config;
         const std::size_t n = tokens.size();
         const std::size_t dim = c.embedding_dim, kv_dim = c.kv_dim(), ffn = c.feed_forward_dim;
-        for (std::size_t i = 0; i < n; ++i) cpu::dequantize_row(weights_.token_embedding, static_cast<std::size_t>(tokens[i]), &x_[i * dim]);
+        for_each_row(n, [&](std::size_t i) {
+            cpu::dequantize_row(weights_.token_embedding, static_cast<std::size_t>(tokens[i]), &x_[i * dim]);
+        });
 
         for (std::size_t layer = 0; layer < c.layer_count; ++layer) {
             const LlamaLayerWeights& w = weights_.layers[layer];
-            for (std::size_t i = 0; i < n; ++i) cpu::rms_norm(&x_[i * dim], w.attention_norm.data(), dim, c.rms_norm_eps, &normed_[i * dim]);
+            for_each_row(n, [&](std::size_t i) {
+                cpu::rms_norm(&x_[i * dim], w.attention_norm.data(), dim, c.rms_norm_eps, &normed_[i * dim]);
+            });
             // Q, K and V in one parallel section.
             const cpu::MatmulTarget qkv[] = {
                 {&w.query, q_.data(), dim, false},
@@ -262,25 +266,29 @@ private:
                 {&w.value, v_.data(), kv_dim, false},
             };
             cpu::matmul(*pool_, qkv, normed_.data(), dim, n, !quantized_);
-            add_qkv_biases(w, n);
-            apply_rope(n);
-            store_keys_values(layer, first_slot, n);
+            for_each_row(n, [&](std::size_t i) {
+                add_qkv_biases(w, i);
+                apply_rope(i);
+                store_keys_values(layer, first_slot, i);
+            });
             attend(layer);
             cpu::matmul(*pool_, w.attention_output, attention_out_.data(), dim, n, x_.data(), dim, /*accumulate=*/true, !quantized_);
 
-            for (std::size_t i = 0; i < n; ++i) cpu::rms_norm(&x_[i * dim], w.ffn_norm.data(), dim, c.rms_norm_eps, &normed_[i * dim]);
+            for_each_row(n, [&](std::size_t i) {
+                cpu::rms_norm(&x_[i * dim], w.ffn_norm.data(), dim, c.rms_norm_eps, &normed_[i * dim]);
+            });
             const cpu::MatmulTarget gate_up[] = {
                 {&w.ffn_gate, gate_.data(), ffn, false},
                 {&w.ffn_up, up_.data(), ffn, false},
             };
             cpu::matmul(*pool_, gate_up, normed_.data(), dim, n, !quantized_);
-            cpu::swiglu(gate_.data(), up_.data(), n * ffn);
+            for_each_row(n, [&](std::size_t i) { cpu::swiglu(&gate_[i * ffn], &up_[i * ffn], ffn); });
             cpu::matmul(*pool_, w.ffn_down, gate_.data(), ffn, n, x_.data(), dim, /*accumulate=*/true, !quantized_);
         }
         const std::size_t first_row = all_rows ? 0 : n - 1, rows = n - first_row;
-        for (std::size_t i = first_row; i < n; ++i) {
-            cpu::rms_norm(&x_[i * dim], weights_.output_norm.data(), dim, c.rms_norm_eps, &normed_[(i - first_row) * dim]);
-        }
+        for_each_row(rows, [&](std::size_t i) {
+            cpu::rms_norm(&x_[(first_row + i) * dim], weights_.output_norm.data(), dim, c.rms_norm_eps, &normed_[i * dim]);
+        });
         cpu::matmul(*pool_, weights_.output, normed_.data(), dim, rows, logits_.data(), c.vocab_size, false, !quantized_);
         return LogitsView{logits_.data(), rows, c.vocab_size, c.vocab_size};
     }
@@ -308,53 +316,64 @@ private:
     void compute_rope_angles(std::size_t n, PositionOf position_of) {
         const std::size_t pairs = inverse_frequencies_.size();
         const float position_scale = 1.0f / weights_.config.rope_linear_scale;
-        for (std::size_t i = 0; i < n; ++i) {
+        for_each_row(n, [&](std::size_t i) {
             const float position = static_cast<float>(position_of(i)) * position_scale;
             for (std::size_t p = 0; p < pairs; ++p) {
                 const float angle = position * inverse_frequencies_[p];
                 rope_cos_[i * pairs + p] = std::cos(angle);
                 rope_sin_[i * pairs + p] = std::sin(angle);
             }
-        }
+        });
     }
 
-    // Attention biases (qwen2); absent in Llama models.
-    void add_qkv_biases(const LlamaLayerWeights& w, std::size_t n) {
+    // Calls fn(i) for the rows i in [0, n) of a pass: on the calling thread
+    // for narrow passes; spread over the pool for wide ones (prefill), where
+    // these row-wise steps would otherwise run on one thread while the others
+    // wait. Each row is computed the same way either way.
+    template <class Fn>
+    void for_each_row(std::size_t n, Fn&& fn) {
+        if (n <= cpu::kWideColumns) {
+            for (std::size_t i = 0; i < n; ++i) fn(i);
+            return;
+        }
+        const std::size_t chunk = std::max<std::size_t>(4, n / (4 * pool_->size()));
+        pool_->parallel_for((n + chunk - 1) / chunk, [&](std::size_t t) {
+            for (std::size_t i = t * chunk, end = std::min(n, i + chunk); i < end; ++i) fn(i);
+        });
+    }
+
+    // Attention biases of row i (qwen2); absent in Llama models.
+    void add_qkv_biases(const LlamaLayerWeights& w, std::size_t i) {
         const LlamaConfig& c = weights_.config;
-        const auto add = [n](float* rows, std::size_t width, const std::vector<float>& bias) {
+        const auto add = [i](float* rows, std::size_t width, const std::vector<float>& bias) {
             if (bias.empty()) return;
-            for (std::size_t i = 0; i < n; ++i) {
-                for (std::size_t j = 0; j < width; ++j) rows[i * width + j] += bias[j];
-            }
+            for (std::size_t j = 0; j < width; ++j) rows[i * width + j] += bias[j];
         };
         add(q_.data(), c.embedding_dim, w.query_bias);
         add(k_.data(), c.kv_dim(), w.key_bias);
         add(v_.data(), c.kv_dim(), w.value_bias);
     }
 
-    void apply_rope(std::size_t n) {
+    // RoPE on the query and key heads of row i.
+    void apply_rope(std::size_t i) {
         const LlamaConfig& c = weights_.config;
         const std::size_t hd = c.head_dim(), pairs = inverse_frequencies_.size();
         const auto rotate = c.rope_style == RopeStyle::halves ? &cpu::rope_rotate_halves : &cpu::rope_rotate;
-        for (std::size_t i = 0; i < n; ++i) {
-            const float* cosines = &rope_cos_[i * pairs];
-            const float* sines = &rope_sin_[i * pairs];
-            float* q = &q_[i * c.embedding_dim];
-            for (std::size_t h = 0; h < c.head_count; ++h) rotate(q + h * hd, cosines, sines, pairs);
-            float* k = &k_[i * c.kv_dim()];
-            for (std::size_t h = 0; h < c.kv_heads(); ++h) rotate(k + h * hd, cosines, sines, pairs);
-        }
+        const float* cosines = &rope_cos_[i * pairs];
+        const float* sines = &rope_sin_[i * pairs];
+        float* q = &q_[i * c.embedding_dim];
+        for (std::size_t h = 0; h < c.head_count; ++h) rotate(q + h * hd, cosines, sines, pairs);
+        float* k = &k_[i * c.kv_dim()];
+        for (std::size_t h = 0; h < c.kv_heads(); ++h) rotate(k + h * hd, cosines, sines, pairs);
     }
 
-    // Copies the new rows' keys and values into the head-major cache, row i at slot first_slot + i.
-    void store_keys_values(std::size_t layer, std::size_t first_slot, std::size_t n) {
+    // Copies row i's keys and values into the head-major cache, at slot first_slot + i.
+    void store_keys_values(std::size_t layer, std::size_t first_slot, std::size_t i) {
         const LlamaConfig& c = weights_.config;
         const std::size_t hd = c.head_dim();
-        for (std::size_t i = 0; i < n; ++i) {
-            for (std::size_t h = 0; h < c.kv_heads(); ++h) {
-                std::copy_n(&k_[i * c.kv_dim() + h * hd], hd, cache_.keys(layer, h, first_slot + i));
-                std::copy_n(&v_[i * c.kv_dim() + h * hd], hd, cache_.values(layer, h, first_slot + i));
-            }
+        for (std::size_t h = 0; h < c.kv_heads(); ++h) {
+            std::copy_n(&k_[i * c.kv_dim() + h * hd], hd, cache_.keys(layer, h, first_slot + i));
+            std::copy_n(&v_[i * c.kv_dim() + h * hd], hd, cache_.values(layer, h, first_slot + i));
         }
     }
 
@@ -364,8 +383,9 @@ private:
         const std::size_t hd = c.head_dim(), heads = c.head_count, group = c.head_count / c.kv_heads();
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
         if (n > cpu::kWideColumns && !quantized_) {
-            // Wide passes: blocks of queries per head as matrix products.
-            constexpr std::size_t kQueryBlock = 32;
+            // Wide passes: blocks of queries per head as matrix products, in
+            // whole column strips of the blocked kernel.
+            constexpr std::size_t kQueryBlock = 6 * cpu::detail::kStripColumns;
             const std::size_t blocks = (n + kQueryBlock - 1) / kQueryBlock;
             pool_->parallel_for(blocks * heads, [&](std::size_t task) {
                 // Longest blocks (last queries) first, so that the threads finish together.

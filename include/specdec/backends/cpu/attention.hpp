@@ -62,13 +62,14 @@ inline void attend_block(const float* q, std::size_t q_stride, std::size_t queri
                          float* out, std::size_t out_stride) {
     const std::size_t positions = first_position + queries;
     thread_local detail::PackedColumns packed;
-    thread_local std::vector<float> scores, values_transposed;
+    thread_local std::vector<float> scores;
     if (scores.size() < queries * positions) scores.resize(queries * positions);
-    if (values_transposed.size() < head_dim * positions) values_transposed.resize(head_dim * positions);
 
     // scores[i][j] = k_j . q_i, then the causal softmax of each row (zeros past the query's position).
     detail::pack_columns(q, q_stride, queries, head_dim, packed);
-    detail::gemm_block(keys, kv_stride, positions, packed, scores.data(), positions, false);
+    detail::gemm_sliced(packed, scores.data(), positions, false, [&](std::size_t k0, std::size_t depth, detail::PackedRows& rows) {
+        detail::pack_rows(keys, kv_stride, positions, k0, depth, rows);
+    });
     for (std::size_t i = 0; i < queries; ++i) {
         float* row = scores.data() + i * positions;
         const std::size_t visible = first_position + i + 1;
@@ -76,12 +77,12 @@ inline void attend_block(const float* q, std::size_t q_stride, std::size_t queri
         detail::softmax_in_place(row, visible);
         std::fill(row + visible, row + positions, 0.0f);
     }
-    // out[i][d] = sum_j v_j[d] p_i[j]: V^T as the row operand.
-    for (std::size_t j = 0; j < positions; ++j) {
-        for (std::size_t d = 0; d < head_dim; ++d) values_transposed[d * positions + j] = values[j * kv_stride + d];
-    }
+    // out[i][d] = sum_j v_j[d] p_i[j]: V^T as the row operand, which the
+    // cache already holds k-major (value d of position j at values + j * kv_stride + d).
     detail::pack_columns(scores.data(), positions, queries, positions, packed);
-    detail::gemm_block(values_transposed.data(), positions, head_dim, packed, out, out_stride, false);
+    detail::gemm_sliced(packed, out, out_stride, false, [&](std::size_t k0, std::size_t depth, detail::PackedRows& rows) {
+        detail::pack_rows_transposed(values, kv_stride, head_dim, k0, depth, rows);
+    });
 }
 
 }  // namespace specdec::cpu

@@ -1,13 +1,15 @@
 #pragma once
 // Matrix products for wide passes (prompt prefill, wide verification, the
 // attention of many queries): y[c][r] = sum_k w[r][k] * x[c][k] as a blocked
-// matrix product. The columns are transposed once into panels of 16; a
-// register tile of 6 rows x 16 columns (12 AVX accumulators, two column
-// registers and one broadcast weight: 15 of the 16 registers) runs along a
-// k-slice whose panel slice stays in L1 while every row tile of the task uses
-// it. Each weight row is decoded to F32 once per product (dequantize_rows), so
-// the cost of decoding is shared by all columns instead of paid per column
-// group as in the matrix-vector tiles of matmul.hpp.
+// matrix product. Both operands are packed k-major, one depth slice at a time:
+// the rows into panels of 16 (two AVX registers per k, read as one sequential
+// stream), the columns into strips of 6 (six broadcasts per k). The register
+// tile of 16 rows x 6 columns (12 accumulators, 2 row registers, 1 broadcast:
+// 15 of the 16 registers) lies along the rows of y, which are contiguous
+// there, so a finished tile is added to y with whole-vector loads and stores.
+// Weight rows are decoded to F32 while they are packed, so decoding is paid
+// once per product for all the columns, not once per group of columns as in
+// the matrix-vector tiles of matmul.hpp.
 #include <algorithm>
 #include <cstddef>
 #include <vector>
@@ -18,147 +20,325 @@
 
 namespace specdec::cpu::detail {
 
-inline constexpr std::size_t kPanelColumns = 16;  // columns of a packed panel: two AVX registers
-inline constexpr std::size_t kTileRows = 6;       // rows of a register tile
-inline constexpr std::size_t kDepthSlice = 256;   // k-slice: a panel slice of 16 KiB stays in L1
+inline constexpr std::size_t kPanelRows = 16;    // rows of a packed row panel: two AVX registers
+inline constexpr std::size_t kStripColumns = 6;  // columns of a packed column strip: six broadcasts
+inline constexpr std::size_t kDepthSlice = 256;  // a row panel slice (16 KiB) and a strip slice (6 KiB) share L1
 
-// Columns transposed into panels of kPanelColumns: value (k, j) of panel p at
-// p * depth * kPanelColumns + k * kPanelColumns + j; zeros past the last column.
+// Columns packed into strips of kStripColumns: value (k, j) of strip s at
+// s * depth * kStripColumns + k * kStripColumns + j; zeros past the last column.
 struct PackedColumns {
     std::vector<float> values;
     std::size_t depth = 0;
     std::size_t columns = 0;
 
-    [[nodiscard]] std::size_t panels() const { return (columns + kPanelColumns - 1) / kPanelColumns; }
-    [[nodiscard]] const float* panel(std::size_t p) const { return values.data() + p * depth * kPanelColumns; }
+    [[nodiscard]] std::size_t strips() const { return (columns + kStripColumns - 1) / kStripColumns; }
+    [[nodiscard]] const float* strip(std::size_t s) const { return values.data() + s * depth * kStripColumns; }
     void resize(std::size_t new_columns, std::size_t new_depth) {
         columns = new_columns;
         depth = new_depth;
-        if (values.size() < panels() * depth * kPanelColumns) values.resize(panels() * depth * kPanelColumns);
+        if (values.size() < strips() * depth * kStripColumns) values.resize(strips() * depth * kStripColumns);
     }
 };
 
-// Packs panel p of the columns (column c at x + c * x_stride, `depth` values).
-inline void pack_panel(const float* x, std::size_t x_stride, PackedColumns& packed, std::size_t p) {
-    const std::size_t c0 = p * kPanelColumns, count = std::min(kPanelColumns, packed.columns - c0);
-    float* out = packed.values.data() + p * packed.depth * kPanelColumns;
-    for (std::size_t k = 0; k < packed.depth; ++k) {
-        float* slot = out + k * kPanelColumns;
-        for (std::size_t j = 0; j < count; ++j) slot[j] = x[(c0 + j) * x_stride + k];
-        for (std::size_t j = count; j < kPanelColumns; ++j) slot[j] = 0.0f;
+// Packs strip s of the columns (column c at x + c * x_stride, `depth` values).
+inline void pack_strip(const float* x, std::size_t x_stride, PackedColumns& packed, std::size_t s) {
+    const std::size_t c0 = s * kStripColumns, count = std::min(kStripColumns, packed.columns - c0);
+    float* out = packed.values.data() + s * packed.depth * kStripColumns;
+    for (std::size_t j = 0; j < kStripColumns; ++j) {
+        if (j < count) {
+            const float* column = x + (c0 + j) * x_stride;
+            for (std::size_t k = 0; k < packed.depth; ++k) out[k * kStripColumns + j] = column[k];
+        } else {
+            for (std::size_t k = 0; k < packed.depth; ++k) out[k * kStripColumns + j] = 0.0f;
+        }
     }
 }
 
 inline void pack_columns(const float* x, std::size_t x_stride, std::size_t columns, std::size_t depth, PackedColumns& packed) {
     packed.resize(columns, depth);
-    for (std::size_t p = 0; p < packed.panels(); ++p) pack_panel(x, x_stride, packed, p);
+    for (std::size_t s = 0; s < packed.strips(); ++s) pack_strip(x, x_stride, packed, s);
 }
 
-// Writes (or adds) a rows x columns tile of sums, row r of column c at tile[r * kPanelColumns + c].
-inline void store_tile(const float* tile, std::size_t rows, std::size_t columns, float* y, std::size_t y_stride, bool add) {
-    for (std::size_t c = 0; c < columns; ++c) {
-        float* yc = y + c * y_stride;
-        for (std::size_t r = 0; r < rows; ++r) yc[r] = add ? yc[r] + tile[r * kPanelColumns + c] : tile[r * kPanelColumns + c];
+// One depth slice of a block of rows, packed into panels of kPanelRows:
+// value (r, k) at (r / 16) * depth * 16 + k * 16 + r % 16; zero rows pad the
+// last panel.
+struct PackedRows {
+    std::vector<float> values;
+    std::size_t rows = 0;
+    std::size_t depth = 0;
+
+    [[nodiscard]] std::size_t panels() const { return (rows + kPanelRows - 1) / kPanelRows; }
+    [[nodiscard]] const float* panel(std::size_t i) const { return values.data() + i * depth * kPanelRows; }
+    [[nodiscard]] float* panel(std::size_t i) { return values.data() + i * depth * kPanelRows; }
+    void resize(std::size_t new_rows, std::size_t new_depth) {
+        rows = new_rows;
+        depth = new_depth;
+        if (values.size() < panels() * depth * kPanelRows) values.resize(panels() * depth * kPanelRows);
     }
-}
+};
 
-inline void gemm_tile_scalar(std::size_t rows, std::size_t depth, const float* w, std::size_t w_stride, const float* xp, float* tile) {
-    for (std::size_t r = 0; r < rows; ++r) {
-        float sums[kPanelColumns] = {};
+// Packs values [k0, k0 + depth) of rows [0, rows), value (r, k) read as value(r, k).
+template <class Value>
+void pack_rows_scalar(std::size_t rows, std::size_t k0, std::size_t depth, PackedRows& packed, Value value) {
+    packed.resize(rows, depth);
+    for (std::size_t i = 0; i < packed.panels(); ++i) {
+        float* out = packed.panel(i);
         for (std::size_t k = 0; k < depth; ++k) {
-            const float wv = w[r * w_stride + k];
-            for (std::size_t j = 0; j < kPanelColumns; ++j) sums[j] += wv * xp[k * kPanelColumns + j];
-        }
-        std::copy_n(sums, kPanelColumns, tile + r * kPanelColumns);
-    }
-}
-
-#if SPECDEC_HAS_X86_KERNELS
-// R rows (w, row r at w + r * w_stride) x the 8 * V first columns of a panel
-// slice, over `depth` values of k.
-template <int R, int V>
-SPECDEC_AVX2_TARGET void gemm_tile_avx2(std::size_t depth, const float* w, std::size_t w_stride, const float* xp, float* tile) {
-    __m256 acc[R][V];
-#pragma GCC unroll 6
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 2
-        for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
-    const float* rows[R];
-#pragma GCC unroll 6
-    for (int r = 0; r < R; ++r) rows[r] = w + r * w_stride;
-    for (std::size_t k = 0; k < depth; ++k) {
-        __m256 xv[V];
-#pragma GCC unroll 2
-        for (int v = 0; v < V; ++v) xv[v] = _mm256_loadu_ps(xp + k * kPanelColumns + 8 * v);
-#pragma GCC unroll 6
-        for (int r = 0; r < R; ++r) {
-            const __m256 wv = _mm256_broadcast_ss(rows[r] + k);
-#pragma GCC unroll 2
-            for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(wv, xv[v], acc[r][v]);
-        }
-    }
-#pragma GCC unroll 6
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 2
-        for (int v = 0; v < V; ++v) _mm256_storeu_ps(tile + r * kPanelColumns + 8 * v, acc[r][v]);
-}
-
-template <int V>
-SPECDEC_AVX2_TARGET void gemm_tile_avx2_rows(std::size_t rows, std::size_t depth, const float* w, std::size_t w_stride,
-                                             const float* xp, float* tile) {
-    switch (rows) {
-        case 1: return gemm_tile_avx2<1, V>(depth, w, w_stride, xp, tile);
-        case 2: return gemm_tile_avx2<2, V>(depth, w, w_stride, xp, tile);
-        case 3: return gemm_tile_avx2<3, V>(depth, w, w_stride, xp, tile);
-        case 4: return gemm_tile_avx2<4, V>(depth, w, w_stride, xp, tile);
-        case 5: return gemm_tile_avx2<5, V>(depth, w, w_stride, xp, tile);
-        default: return gemm_tile_avx2<6, V>(depth, w, w_stride, xp, tile);
-    }
-}
-#endif
-
-// y[c * y_stride + r] = (y +) sum_k w[r * w_stride + k] * x(c, k) for rows
-// [0, rows) and every packed column; single-threaded (one task of a product).
-inline void gemm_block(const float* w, std::size_t w_stride, std::size_t rows, const PackedColumns& x, float* y,
-                       std::size_t y_stride, bool accumulate) {
-    alignas(32) float tile[kTileRows * kPanelColumns];
-#if SPECDEC_HAS_X86_KERNELS
-    const bool avx2 = avx2_available();
-#endif
-    for (std::size_t k0 = 0; k0 < x.depth; k0 += kDepthSlice) {
-        const std::size_t depth = std::min(kDepthSlice, x.depth - k0);
-        const bool add = accumulate || k0 > 0;
-        for (std::size_t p = 0; p < x.panels(); ++p) {
-            const float* xp = x.panel(p) + k0 * kPanelColumns;
-            const std::size_t c0 = p * kPanelColumns, columns = std::min(kPanelColumns, x.columns - c0);
-            for (std::size_t r0 = 0; r0 < rows; r0 += kTileRows) {
-                const std::size_t tile_rows = std::min(kTileRows, rows - r0);
-                const float* wr = w + r0 * w_stride + k0;
-#if SPECDEC_HAS_X86_KERNELS
-                if (avx2) {
-                    if (columns <= 8) gemm_tile_avx2_rows<1>(tile_rows, depth, wr, w_stride, xp, tile);
-                    else gemm_tile_avx2_rows<2>(tile_rows, depth, wr, w_stride, xp, tile);
-                } else {
-                    gemm_tile_scalar(tile_rows, depth, wr, w_stride, xp, tile);
-                }
-#else
-                gemm_tile_scalar(tile_rows, depth, wr, w_stride, xp, tile);
-#endif
-                store_tile(tile, tile_rows, columns, y + c0 * y_stride + r0, y_stride, add);
+            for (std::size_t j = 0; j < kPanelRows; ++j) {
+                const std::size_t r = i * kPanelRows + j;
+                out[k * kPanelRows + j] = r < rows ? value(r, k0 + k) : 0.0f;
             }
         }
     }
 }
 
-// Rows [row_begin, row_end) of a weight matrix (any storage type) times every
-// packed column: the rows are decoded to F32 once, then multiplied.
-inline void gemm_weight_rows(const WeightMatrix& w, std::size_t row_begin, std::size_t row_end, const PackedColumns& x,
-                             float* y, std::size_t y_stride, bool accumulate) {
+#if SPECDEC_HAS_X86_KERNELS
+// Transposes the 8 x 8 block held by rows[0..8) in place.
+SPECDEC_AVX2_TARGET inline void transpose_8x8(__m256 rows[8]) {
+    __m256 t[8], s[8];
+    for (int i = 0; i < 4; ++i) {
+        t[2 * i] = _mm256_unpacklo_ps(rows[2 * i], rows[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(rows[2 * i], rows[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; ++i) {
+        s[4 * i + 0] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        s[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        s[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        s[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 4; ++i) {
+        rows[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
+        rows[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
+    }
+}
+
+// Packs values [k0, k0 + depth) of rows [0, rows) from a row-major source:
+// load8(row, k) gives values k..k+7 of a row, value(row, k) one value, where
+// row = row_pointer(r). Eight rows by eight values at a time, transposed in
+// registers.
+template <class RowPointer, class Load8, class Value>
+SPECDEC_AVX2_TARGET void pack_rows_avx2(std::size_t rows, std::size_t k0, std::size_t depth, PackedRows& packed,
+                                        RowPointer row_pointer, Load8 load8, Value value) {
+    packed.resize(rows, depth);
+    const std::size_t whole = depth / 8 * 8;
+    for (std::size_t g = 0; g < 2 * packed.panels(); ++g) {  // groups of 8 rows, two per panel
+        const std::size_t r0 = g * 8;
+        float* out = packed.panel(g / 2) + (g % 2) * 8;
+        const std::size_t present = std::min<std::size_t>(8, rows > r0 ? rows - r0 : 0);
+        if (present == 0) {  // the padding half of the last panel
+            for (std::size_t k = 0; k < depth; ++k) _mm256_storeu_ps(out + k * kPanelRows, _mm256_setzero_ps());
+            continue;
+        }
+        // Missing rows of a partial group repeat the last present row; their packed values are zeroed after.
+        decltype(row_pointer(0)) source[8];
+        for (std::size_t j = 0; j < 8; ++j) source[j] = row_pointer(r0 + std::min(j, present - 1));
+        for (std::size_t k = 0; k < whole; k += 8) {
+            __m256 block[8];
+#pragma GCC unroll 8
+            for (std::size_t j = 0; j < 8; ++j) block[j] = load8(source[j], k0 + k);
+            transpose_8x8(block);
+#pragma GCC unroll 8
+            for (std::size_t j = 0; j < 8; ++j) _mm256_storeu_ps(out + (k + j) * kPanelRows, block[j]);
+        }
+        for (std::size_t k = whole; k < depth; ++k) {
+            for (std::size_t j = 0; j < 8; ++j) out[k * kPanelRows + j] = value(source[j], k0 + k);
+        }
+        if (present < 8) {
+            for (std::size_t k = 0; k < depth; ++k) std::fill(out + k * kPanelRows + present, out + k * kPanelRows + 8, 0.0f);
+        }
+    }
+}
+
+template <WeightType T>
+SPECDEC_AVX2_TARGET void pack_weight_rows_avx2(const WeightMatrix& w, std::size_t row_begin, std::size_t rows, std::size_t k0,
+                                               std::size_t depth, PackedRows& packed) {
+    const __m256 no_scale = _mm256_setzero_ps();  // dense types have no block scale
+    pack_rows_avx2(
+        rows, k0, depth, packed, [&](std::size_t r) { return w.row(row_begin + r); },
+        [&](const std::byte* row, std::size_t k) SPECDEC_AVX2_TARGET {
+            return load8<T>(row, k / 32, static_cast<int>(k % 32 / 8), no_scale);
+        },
+        [](const std::byte* row, std::size_t k) { return load_scalar<T>(row, k); });
+}
+
+SPECDEC_AVX2_TARGET inline void pack_float_rows_avx2(const float* w, std::size_t w_stride, std::size_t rows, std::size_t k0,
+                                                     std::size_t depth, PackedRows& packed) {
+    pack_rows_avx2(
+        rows, k0, depth, packed, [&](std::size_t r) { return w + r * w_stride; },
+        // A capturing lambda: a captureless one would also get a function-pointer
+        // conversion, compiled without the target attribute.
+        [&](const float* row, std::size_t k) SPECDEC_AVX2_TARGET { return _mm256_loadu_ps(row + k); },
+        [](const float* row, std::size_t k) { return row[k]; });
+}
+#endif
+
+// Packs values [k0, k0 + depth) of rows [0, rows) of a float matrix, row r at w + r * w_stride.
+inline void pack_rows(const float* w, std::size_t w_stride, std::size_t rows, std::size_t k0, std::size_t depth,
+                      PackedRows& packed) {
+#if SPECDEC_HAS_X86_KERNELS
+    if (avx2_available()) return pack_float_rows_avx2(w, w_stride, rows, k0, depth, packed);
+#endif
+    pack_rows_scalar(rows, k0, depth, packed, [&](std::size_t r, std::size_t k) { return w[r * w_stride + k]; });
+}
+
+// Packs values [k0, k0 + depth) of rows [0, rows) of a matrix stored
+// transposed (value (r, k) at wt + k * wt_stride + r): each k is already a
+// run of consecutive rows, so packing is a copy.
+inline void pack_rows_transposed(const float* wt, std::size_t wt_stride, std::size_t rows, std::size_t k0, std::size_t depth,
+                                 PackedRows& packed) {
+    packed.resize(rows, depth);
+    for (std::size_t i = 0; i < packed.panels(); ++i) {
+        const std::size_t r0 = i * kPanelRows, count = std::min(kPanelRows, rows - r0);
+        float* out = packed.panel(i);
+        for (std::size_t k = 0; k < depth; ++k) {
+            std::copy_n(wt + (k0 + k) * wt_stride + r0, count, out + k * kPanelRows);
+            std::fill(out + k * kPanelRows + count, out + (k + 1) * kPanelRows, 0.0f);
+        }
+    }
+}
+
+// Packs values [k0, k0 + depth) of weight rows [row_begin, row_begin + rows), decoding them to F32.
+inline void pack_weight_rows(const WeightMatrix& w, std::size_t row_begin, std::size_t rows, std::size_t k0, std::size_t depth,
+                             PackedRows& packed) {
+#if SPECDEC_HAS_X86_KERNELS
+    if (avx2_available()) {
+        switch (w.type) {
+            case WeightType::f32: return pack_weight_rows_avx2<WeightType::f32>(w, row_begin, rows, k0, depth, packed);
+            case WeightType::f16: return pack_weight_rows_avx2<WeightType::f16>(w, row_begin, rows, k0, depth, packed);
+            case WeightType::bf16: return pack_weight_rows_avx2<WeightType::bf16>(w, row_begin, rows, k0, depth, packed);
+            default: break;
+        }
+    }
+#endif
+    // Any other type (or no AVX2): whole rows through the scalar decoder, then packed.
     thread_local std::vector<float> decoded;
-    const std::size_t rows = row_end - row_begin;
     if (decoded.size() < rows * w.cols) decoded.resize(rows * w.cols);
     dequantize_rows(w, row_begin, rows, decoded.data(), w.cols);
-    gemm_block(decoded.data(), w.cols, rows, x, y + row_begin, y_stride, accumulate);
+    pack_rows_scalar(rows, k0, depth, packed, [&](std::size_t r, std::size_t k) { return decoded[r * w.cols + k]; });
+}
+
+// Adds (or writes) a 16-row x `columns` tile, column j at tile + j * kPanelRows,
+// to the first `rows` rows of y's columns (column j at y + j * y_stride).
+inline void store_tile(const float* tile, std::size_t rows, std::size_t columns, float* y, std::size_t y_stride, bool add) {
+    for (std::size_t j = 0; j < columns; ++j) {
+        float* yj = y + j * y_stride;
+        for (std::size_t r = 0; r < rows; ++r) yj[r] = add ? yj[r] + tile[j * kPanelRows + r] : tile[j * kPanelRows + r];
+    }
+}
+
+inline void gemm_tile_scalar(std::size_t depth, const float* panel, const float* strip, std::size_t rows, std::size_t columns,
+                             float* y, std::size_t y_stride, bool add) {
+    float tile[kStripColumns * kPanelRows] = {};
+    for (std::size_t k = 0; k < depth; ++k) {
+        for (std::size_t j = 0; j < kStripColumns; ++j) {
+            const float xv = strip[k * kStripColumns + j];
+            for (std::size_t r = 0; r < kPanelRows; ++r) tile[j * kPanelRows + r] += panel[k * kPanelRows + r] * xv;
+        }
+    }
+    store_tile(tile, rows, columns, y, y_stride, add);
+}
+
+#if SPECDEC_HAS_X86_KERNELS
+// The 16 rows of a panel slice x the first N columns of a strip slice, over
+// `depth` values of k, added to (or written into) y.
+template <int N>
+SPECDEC_AVX2_TARGET void gemm_tile_avx2(std::size_t depth, const float* panel, const float* strip, std::size_t rows, float* y,
+                                        std::size_t y_stride, bool add) {
+    __m256 acc[N][2];
+#pragma GCC unroll 6
+    for (int j = 0; j < N; ++j) {
+        acc[j][0] = _mm256_setzero_ps();
+        acc[j][1] = _mm256_setzero_ps();
+    }
+    for (std::size_t k = 0; k < depth; ++k) {
+        const __m256 low = _mm256_loadu_ps(panel + k * kPanelRows), high = _mm256_loadu_ps(panel + k * kPanelRows + 8);
+#pragma GCC unroll 6
+        for (int j = 0; j < N; ++j) {
+            const __m256 xv = _mm256_broadcast_ss(strip + k * kStripColumns + j);
+            acc[j][0] = _mm256_fmadd_ps(low, xv, acc[j][0]);
+            acc[j][1] = _mm256_fmadd_ps(high, xv, acc[j][1]);
+        }
+    }
+    if (rows == kPanelRows) {
+#pragma GCC unroll 6
+        for (int j = 0; j < N; ++j) {
+            float* yj = y + j * y_stride;
+            if (add) {
+                acc[j][0] = _mm256_add_ps(acc[j][0], _mm256_loadu_ps(yj));
+                acc[j][1] = _mm256_add_ps(acc[j][1], _mm256_loadu_ps(yj + 8));
+            }
+            _mm256_storeu_ps(yj, acc[j][0]);
+            _mm256_storeu_ps(yj + 8, acc[j][1]);
+        }
+        return;
+    }
+    alignas(32) float tile[N * kPanelRows];
+#pragma GCC unroll 6
+    for (int j = 0; j < N; ++j) {
+        _mm256_store_ps(tile + j * kPanelRows, acc[j][0]);
+        _mm256_store_ps(tile + j * kPanelRows + 8, acc[j][1]);
+    }
+    store_tile(tile, rows, N, y, y_stride, add);
+}
+
+SPECDEC_AVX2_TARGET inline void gemm_tile_avx2_columns(std::size_t columns, std::size_t depth, const float* panel,
+                                                       const float* strip, std::size_t rows, float* y, std::size_t y_stride,
+                                                       bool add) {
+    switch (columns) {
+        case 1: return gemm_tile_avx2<1>(depth, panel, strip, rows, y, y_stride, add);
+        case 2: return gemm_tile_avx2<2>(depth, panel, strip, rows, y, y_stride, add);
+        case 3: return gemm_tile_avx2<3>(depth, panel, strip, rows, y, y_stride, add);
+        case 4: return gemm_tile_avx2<4>(depth, panel, strip, rows, y, y_stride, add);
+        case 5: return gemm_tile_avx2<5>(depth, panel, strip, rows, y, y_stride, add);
+        default: return gemm_tile_avx2<6>(depth, panel, strip, rows, y, y_stride, add);
+    }
+}
+#endif
+
+// y[c * y_stride + r] (+)= sum over the slice of a(r, k) x(c, k0 + k), for
+// the packed rows of one depth slice and every packed column; single-threaded
+// (one task of a product). Strips outside, panels inside: a strip slice stays
+// in L1 while the block's panels stream past it from L2.
+inline void gemm_packed(const PackedRows& a, const PackedColumns& x, std::size_t k0, float* y, std::size_t y_stride, bool add) {
+#if SPECDEC_HAS_X86_KERNELS
+    const bool avx2 = avx2_available();
+#endif
+    for (std::size_t s = 0; s < x.strips(); ++s) {
+        const float* strip = x.strip(s) + k0 * kStripColumns;
+        const std::size_t c0 = s * kStripColumns, columns = std::min(kStripColumns, x.columns - c0);
+        for (std::size_t i = 0; i < a.panels(); ++i) {
+            const std::size_t r0 = i * kPanelRows, rows = std::min(kPanelRows, a.rows - r0);
+            float* yt = y + c0 * y_stride + r0;
+#if SPECDEC_HAS_X86_KERNELS
+            if (avx2) {
+                gemm_tile_avx2_columns(columns, a.depth, a.panel(i), strip, rows, yt, y_stride, add);
+                continue;
+            }
+#endif
+            gemm_tile_scalar(a.depth, a.panel(i), strip, rows, columns, yt, y_stride, add);
+        }
+    }
+}
+
+// y (+)= a x over the whole depth of x, one packed depth slice of the rows at
+// a time: pack(k0, depth, packed) packs values [k0, k0 + depth) of every row.
+template <class PackSlice>
+void gemm_sliced(const PackedColumns& x, float* y, std::size_t y_stride, bool accumulate, PackSlice pack) {
+    thread_local PackedRows packed;
+    for (std::size_t k0 = 0; k0 < x.depth; k0 += kDepthSlice) {
+        const std::size_t depth = std::min(kDepthSlice, x.depth - k0);
+        pack(k0, depth, packed);
+        gemm_packed(packed, x, k0, y, y_stride, accumulate || k0 > 0);
+    }
+}
+
+// Rows [row_begin, row_end) of a weight matrix (any storage type) times every
+// packed column, into y's rows [row_begin, row_end).
+inline void gemm_weight_rows(const WeightMatrix& w, std::size_t row_begin, std::size_t row_end, const PackedColumns& x,
+                             float* y, std::size_t y_stride, bool accumulate) {
+    gemm_sliced(x, y + row_begin, y_stride, accumulate, [&](std::size_t k0, std::size_t depth, PackedRows& packed) {
+        pack_weight_rows(w, row_begin, row_end - row_begin, k0, depth, packed);
+    });
 }
 
 }  // namespace specdec::cpu::detail

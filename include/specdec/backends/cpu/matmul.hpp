@@ -236,9 +236,10 @@ inline void matmul_tiles(ThreadPool& pool, std::span<const MatmulTarget> targets
     });
 }
 
-// Rows decoded per task of the blocked path: a multiple of the register
-// tile's rows; the task's decoded rows and a panel slice stay in L2.
-inline constexpr std::size_t kWideTaskRows = 8 * kTileRows;
+// Rows decoded per task of the blocked path: whole row panels; one depth
+// slice of them (128 KiB) stays in L2 while every column strip passes, and
+// the more rows a task has, the fewer times the packed columns are read.
+inline constexpr std::size_t kWideTaskRows = 8 * kPanelRows;
 
 // The blocked matrix-product path for dense weights (F32, F16, BF16): the
 // columns are packed once, then each task decodes its weight rows to F32 once
@@ -255,7 +256,7 @@ inline void matmul_wide(ThreadPool& pool, std::span<const MatmulTarget> targets,
     thread_local PackedColumns packed;
     packed.resize(columns, targets.front().weight->cols);
     PackedColumns* packed_ptr = &packed;
-    pool.parallel_for(packed.panels(), [&](std::size_t p) { pack_panel(x, x_stride, *packed_ptr, p); });
+    pool.parallel_for(packed.strips(), [&](std::size_t s) { pack_strip(x, x_stride, *packed_ptr, s); });
     const std::vector<RowTask>& tasks = row_tasks(targets, kWideTaskRows);
     const RowTask* task_list = tasks.data();
     pool.parallel_for(tasks.size(), [&](std::size_t i) {

@@ -58,14 +58,6 @@ inline void rms_norm(const float* x, const float* weight, std::size_t n, float e
     for (std::size_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
 }
 
-// gate = silu(gate) * up, the SwiGLU activation.
-inline void swiglu(float* gate, const float* up, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) {
-        const float g = gate[i];
-        gate[i] = g / (1.0f + std::exp(-g)) * up[i];
-    }
-}
-
 // Rotates the first 2 * pairs values of one head by the angles whose cosines
 // and sines are given, pairing adjacent values (x[2i], x[2i+1]): llama.cpp's
 // "normal" RoPE layout used by GGUF llama models.
@@ -244,6 +236,40 @@ inline void attend(const float* q, const float* keys, const float* values, std::
                    std::size_t head_dim, float scale, float* scores, float* out) {
     const RowRun all{0, positions};
     attend_runs(q, keys, values, stride, &all, 1, head_dim, scale, scores, out);
+}
+
+namespace detail {
+#if SPECDEC_HAS_X86_KERNELS
+// gate = silu(gate) * up for the whole 8-value slices; returns how many
+// values it did. silu(g) = g sigmoid(g), with the exponential taken of -|g|
+// (never overflows): sigmoid(g) = 1 / (1 + e) for g >= 0, e / (1 + e) below.
+SPECDEC_AVX2_TARGET inline std::size_t swiglu_avx2(float* gate, const float* up, std::size_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), sign_bit = _mm256_set1_ps(-0.0f);
+    std::size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 g = _mm256_loadu_ps(gate + i);
+        const __m256 e = exp_nonpositive_avx2(_mm256_or_ps(g, sign_bit));
+        const __m256 inverse = _mm256_div_ps(one, _mm256_add_ps(one, e));
+        const __m256 sigmoid = _mm256_blendv_ps(inverse, _mm256_mul_ps(e, inverse), g);  // by the sign of g
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_mul_ps(g, sigmoid), _mm256_loadu_ps(up + i)));
+    }
+    return i;
+}
+#endif
+}  // namespace detail
+
+// gate = silu(gate) * up, the SwiGLU activation. Value i of a row always
+// takes the same path (vector slices, then the scalar tail), so a row's
+// result does not depend on the rows passed with it when called per row.
+inline void swiglu(float* gate, const float* up, std::size_t n) {
+    std::size_t i = 0;
+#if SPECDEC_HAS_X86_KERNELS
+    if (avx2_available()) i = detail::swiglu_avx2(gate, up, n);
+#endif
+    for (; i < n; ++i) {
+        const float g = gate[i];
+        gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
 }
 
 }  // namespace specdec::cpu
