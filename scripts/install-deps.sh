@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian/Ubuntu packages specdec builds with, if any is missing.
 # (The CUDA toolkit is optional and not installed here: the GPU backend is
-# built when nvcc is found.) clang and its runtime libraries build the
-# libFuzzer targets that test.sh runs briefly (scripts/fuzz.sh).
+# built when nvcc is found.) With SPECDEC_FUZZ_SECONDS set to more than 0
+# it also installs clang and its runtime libraries, which build the libFuzzer
+# targets (scripts/fuzz.sh).
 set -euo pipefail
-packages=(cmake g++ make catch2 nlohmann-json3-dev clang libclang-rt-14-dev)
+packages=(cmake g++ make catch2 nlohmann-json3-dev)
+[ "${SPECDEC_FUZZ_SECONDS:-0}" = 0 ] || packages+=(clang libclang-rt-14-dev)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -187,12 +187,18 @@ inline void pack_rows(const float* w, std::size_t w_stride, std::size_t rows, st
 inline void pack_rows_transposed(const float* wt, std::size_t wt_stride, std::size_t rows, std::size_t k0, std::size_t depth,
                                  PackedRows& packed) {
     packed.resize(rows, depth);
-    for (std::size_t i = 0; i < packed.panels(); ++i) {
-        const std::size_t r0 = i * kPanelRows, count = std::min(kPanelRows, rows - r0);
-        float* out = packed.panel(i);
-        for (std::size_t k = 0; k < depth; ++k) {
-            std::copy_n(wt + (k0 + k) * wt_stride + r0, count, out + k * kPanelRows);
-            std::fill(out + k * kPanelRows + count, out + (k + 1) * kPanelRows, 0.0f);
+    for (std::size_t k = 0; k < depth; ++k) {  // each source run read once, into every panel
+        const float* source = wt + (k0 + k) * wt_stride;
+        for (std::size_t i = 0; i < packed.panels(); ++i) {
+            const std::size_t r0 = i * kPanelRows, count = std::min(kPanelRows, rows - r0);
+            float* slot = packed.panel(i) + k * kPanelRows;
+            if (count == kPanelRows) {
+                // A fixed-length loop the compiler turns into vector moves (a
+                // variable-length copy would be a library call per 64 bytes).
+                for (std::size_t j = 0; j < kPanelRows; ++j) slot[j] = source[r0 + j];
+            } else {
+                for (std::size_t j = 0; j < kPanelRows; ++j) slot[j] = j < count ? source[r0 + j] : 0.0f;
+            }
         }
     }
 }
