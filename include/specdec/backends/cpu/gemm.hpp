@@ -40,17 +40,60 @@ struct PackedColumns {
     }
 };
 
+#if SPECDEC_HAS_X86_KERNELS
+// Transposes the 8 x 8 block held by rows[0..8) in place.
+SPECDEC_AVX2_TARGET inline void transpose_8x8(__m256 rows[8]) {
+    __m256 t[8], s[8];
+    for (int i = 0; i < 4; ++i) {
+        t[2 * i] = _mm256_unpacklo_ps(rows[2 * i], rows[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(rows[2 * i], rows[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; ++i) {
+        s[4 * i + 0] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        s[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        s[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        s[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 4; ++i) {
+        rows[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
+        rows[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
+    }
+}
+
+// The first values of a whole strip (columns c0.. at x + c * x_stride) into
+// out, eight values of each column at a time, transposed in registers (two
+// zero rows complete the 8 x 8 block). The eight-wide store of value k spills
+// two lanes into value k + 1's slot, which the next store overwrites; the
+// strip's last values are left to the caller, so nothing spills past it.
+// Returns how many values it packed.
+SPECDEC_AVX2_TARGET inline std::size_t pack_strip_avx2(const float* x, std::size_t x_stride, std::size_t c0, std::size_t depth,
+                                                       float* out) {
+    const float* columns[kStripColumns];
+    for (std::size_t j = 0; j < kStripColumns; ++j) columns[j] = x + (c0 + j) * x_stride;
+    std::size_t k = 0;
+    for (; k + 8 < depth; k += 8) {
+        __m256 block[8];
+#pragma GCC unroll 6
+        for (std::size_t j = 0; j < kStripColumns; ++j) block[j] = _mm256_loadu_ps(columns[j] + k);
+        block[6] = block[7] = _mm256_setzero_ps();
+        transpose_8x8(block);
+#pragma GCC unroll 8
+        for (std::size_t t = 0; t < 8; ++t) _mm256_storeu_ps(out + (k + t) * kStripColumns, block[t]);
+    }
+    return k;
+}
+#endif
+
 // Packs strip s of the columns (column c at x + c * x_stride, `depth` values).
 inline void pack_strip(const float* x, std::size_t x_stride, PackedColumns& packed, std::size_t s) {
     const std::size_t c0 = s * kStripColumns, count = std::min(kStripColumns, packed.columns - c0);
     float* out = packed.values.data() + s * packed.depth * kStripColumns;
-    for (std::size_t j = 0; j < kStripColumns; ++j) {
-        if (j < count) {
-            const float* column = x + (c0 + j) * x_stride;
-            for (std::size_t k = 0; k < packed.depth; ++k) out[k * kStripColumns + j] = column[k];
-        } else {
-            for (std::size_t k = 0; k < packed.depth; ++k) out[k * kStripColumns + j] = 0.0f;
-        }
+    std::size_t k = 0;
+#if SPECDEC_HAS_X86_KERNELS
+    if (count == kStripColumns && avx2_available()) k = pack_strip_avx2(x, x_stride, c0, packed.depth, out);
+#endif
+    for (; k < packed.depth; ++k) {
+        for (std::size_t j = 0; j < kStripColumns; ++j) out[k * kStripColumns + j] = j < count ? x[(c0 + j) * x_stride + k] : 0.0f;
     }
 }
 
@@ -93,25 +136,6 @@ void pack_rows_scalar(std::size_t rows, std::size_t k0, std::size_t depth, Packe
 }
 
 #if SPECDEC_HAS_X86_KERNELS
-// Transposes the 8 x 8 block held by rows[0..8) in place.
-SPECDEC_AVX2_TARGET inline void transpose_8x8(__m256 rows[8]) {
-    __m256 t[8], s[8];
-    for (int i = 0; i < 4; ++i) {
-        t[2 * i] = _mm256_unpacklo_ps(rows[2 * i], rows[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_ps(rows[2 * i], rows[2 * i + 1]);
-    }
-    for (int i = 0; i < 2; ++i) {
-        s[4 * i + 0] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        s[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        s[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        s[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    for (int i = 0; i < 4; ++i) {
-        rows[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
-        rows[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
-    }
-}
-
 // Packs values [k0, k0 + depth) of rows [0, rows) from a row-major source:
 // load8(row, k) gives values k..k+7 of a row, value(row, k) one value, where
 // row = row_pointer(r). Eight rows by eight values at a time, transposed in
