@@ -1,6 +1,6 @@
 // 01: bring your own model. Any type with vocab_size(), context_length(),
 // cached_tokens(), forward(tokens) and truncate(n) is a specdec::CausalLM and
-// can be a target or a draft. Needs only specdec::specdec (no Eigen, no CUDA).
+// can be a target or a draft. Needs only specdec::specdec (no reference models, no CUDA).
 #include <cstdint>
 #include <cstdio>
 #include <span>

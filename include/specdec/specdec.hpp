@@ -1,8 +1,8 @@
 #pragma once
 // specdec: exact speculative decoding for any causal language model.
 //
-// This umbrella header is the model-agnostic part (target specdec::specdec, no
-// Eigen, no CUDA): what a user who brings their own model includes.
+// This umbrella header is the model-agnostic part (target specdec::specdec: no
+// reference models, no CUDA): what a user who brings their own model includes.
 //
 // Folders are layers; includes only point downwards (no cycles):
 //

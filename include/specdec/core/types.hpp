@@ -1,6 +1,6 @@
 #pragma once
 // Token ids and the non-owning logits view that models hand to the decoder.
-// Kept free of Eigen and CUDA so that an adapter needs neither.
+// Kept free of the CPU kernels and of CUDA so that an adapter needs neither.
 #include <cstddef>
 #include <cstdint>
 #include <span>
