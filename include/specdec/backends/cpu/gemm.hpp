@@ -136,13 +136,34 @@ void pack_rows_scalar(std::size_t rows, std::size_t k0, std::size_t depth, Packe
 }
 
 #if SPECDEC_HAS_X86_KERNELS
-// Packs values [k0, k0 + depth) of rows [0, rows) from a row-major source:
-// load8(row, k) gives values k..k+7 of a row, value(row, k) one value, where
-// row = row_pointer(r). Eight rows by eight values at a time, transposed in
-// registers.
-template <class RowPointer, class Load8, class Value>
+// Row sources for pack_rows_avx2: row(r) locates row r, load8(row, k) reads
+// values k..k+7 of it as floats, value(row, k) one value. Structs rather than
+// lambdas: nvcc's front end drops the target attribute from a lambda, and
+// the AVX intrinsics then fail to inline in .cu files.
+template <WeightType T>
+struct DenseWeightRows {
+    const WeightMatrix* w;
+    std::size_t row_begin;
+    [[nodiscard]] const std::byte* row(std::size_t r) const { return w->row(row_begin + r); }
+    SPECDEC_AVX2_TARGET __m256 load8(const std::byte* row, std::size_t k) const {
+        return detail::load8<T>(row, k / 32, static_cast<int>(k % 32 / 8), _mm256_setzero_ps());  // dense: no block scale
+    }
+    [[nodiscard]] float value(const std::byte* row, std::size_t k) const { return load_scalar<T>(row, k); }
+};
+
+struct FloatRows {
+    const float* w;
+    std::size_t stride;
+    [[nodiscard]] const float* row(std::size_t r) const { return w + r * stride; }
+    SPECDEC_AVX2_TARGET __m256 load8(const float* row, std::size_t k) const { return _mm256_loadu_ps(row + k); }
+    [[nodiscard]] float value(const float* row, std::size_t k) const { return row[k]; }
+};
+
+// Packs values [k0, k0 + depth) of rows [0, rows) of a row source (above),
+// eight rows by eight values at a time, transposed in registers.
+template <class Source>
 SPECDEC_AVX2_TARGET void pack_rows_avx2(std::size_t rows, std::size_t k0, std::size_t depth, PackedRows& packed,
-                                        RowPointer row_pointer, Load8 load8, Value value) {
+                                        const Source& source) {
     packed.resize(rows, depth);
     const std::size_t whole = depth / 8 * 8;
     for (std::size_t g = 0; g < 2 * packed.panels(); ++g) {  // groups of 8 rows, two per panel
@@ -154,45 +175,23 @@ SPECDEC_AVX2_TARGET void pack_rows_avx2(std::size_t rows, std::size_t k0, std::s
             continue;
         }
         // Missing rows of a partial group repeat the last present row; their packed values are zeroed after.
-        decltype(row_pointer(0)) source[8];
-        for (std::size_t j = 0; j < 8; ++j) source[j] = row_pointer(r0 + std::min(j, present - 1));
+        decltype(source.row(0)) group[8];
+        for (std::size_t j = 0; j < 8; ++j) group[j] = source.row(r0 + std::min(j, present - 1));
         for (std::size_t k = 0; k < whole; k += 8) {
             __m256 block[8];
 #pragma GCC unroll 8
-            for (std::size_t j = 0; j < 8; ++j) block[j] = load8(source[j], k0 + k);
+            for (std::size_t j = 0; j < 8; ++j) block[j] = source.load8(group[j], k0 + k);
             transpose_8x8(block);
 #pragma GCC unroll 8
             for (std::size_t j = 0; j < 8; ++j) _mm256_storeu_ps(out + (k + j) * kPanelRows, block[j]);
         }
         for (std::size_t k = whole; k < depth; ++k) {
-            for (std::size_t j = 0; j < 8; ++j) out[k * kPanelRows + j] = value(source[j], k0 + k);
+            for (std::size_t j = 0; j < 8; ++j) out[k * kPanelRows + j] = source.value(group[j], k0 + k);
         }
         if (present < 8) {
             for (std::size_t k = 0; k < depth; ++k) std::fill(out + k * kPanelRows + present, out + k * kPanelRows + 8, 0.0f);
         }
     }
-}
-
-template <WeightType T>
-SPECDEC_AVX2_TARGET void pack_weight_rows_avx2(const WeightMatrix& w, std::size_t row_begin, std::size_t rows, std::size_t k0,
-                                               std::size_t depth, PackedRows& packed) {
-    const __m256 no_scale = _mm256_setzero_ps();  // dense types have no block scale
-    pack_rows_avx2(
-        rows, k0, depth, packed, [&](std::size_t r) { return w.row(row_begin + r); },
-        [&](const std::byte* row, std::size_t k) SPECDEC_AVX2_TARGET {
-            return load8<T>(row, k / 32, static_cast<int>(k % 32 / 8), no_scale);
-        },
-        [](const std::byte* row, std::size_t k) { return load_scalar<T>(row, k); });
-}
-
-SPECDEC_AVX2_TARGET inline void pack_float_rows_avx2(const float* w, std::size_t w_stride, std::size_t rows, std::size_t k0,
-                                                     std::size_t depth, PackedRows& packed) {
-    pack_rows_avx2(
-        rows, k0, depth, packed, [&](std::size_t r) { return w + r * w_stride; },
-        // A capturing lambda: a captureless one would also get a function-pointer
-        // conversion, compiled without the target attribute.
-        [&](const float* row, std::size_t k) SPECDEC_AVX2_TARGET { return _mm256_loadu_ps(row + k); },
-        [](const float* row, std::size_t k) { return row[k]; });
 }
 #endif
 
@@ -200,7 +199,7 @@ SPECDEC_AVX2_TARGET inline void pack_float_rows_avx2(const float* w, std::size_t
 inline void pack_rows(const float* w, std::size_t w_stride, std::size_t rows, std::size_t k0, std::size_t depth,
                       PackedRows& packed) {
 #if SPECDEC_HAS_X86_KERNELS
-    if (avx2_available()) return pack_float_rows_avx2(w, w_stride, rows, k0, depth, packed);
+    if (avx2_available()) return pack_rows_avx2(rows, k0, depth, packed, FloatRows{w, w_stride});
 #endif
     pack_rows_scalar(rows, k0, depth, packed, [&](std::size_t r, std::size_t k) { return w[r * w_stride + k]; });
 }
@@ -233,9 +232,9 @@ inline void pack_weight_rows(const WeightMatrix& w, std::size_t row_begin, std::
 #if SPECDEC_HAS_X86_KERNELS
     if (avx2_available()) {
         switch (w.type) {
-            case WeightType::f32: return pack_weight_rows_avx2<WeightType::f32>(w, row_begin, rows, k0, depth, packed);
-            case WeightType::f16: return pack_weight_rows_avx2<WeightType::f16>(w, row_begin, rows, k0, depth, packed);
-            case WeightType::bf16: return pack_weight_rows_avx2<WeightType::bf16>(w, row_begin, rows, k0, depth, packed);
+            case WeightType::f32: return pack_rows_avx2(rows, k0, depth, packed, DenseWeightRows<WeightType::f32>{&w, row_begin});
+            case WeightType::f16: return pack_rows_avx2(rows, k0, depth, packed, DenseWeightRows<WeightType::f16>{&w, row_begin});
+            case WeightType::bf16: return pack_rows_avx2(rows, k0, depth, packed, DenseWeightRows<WeightType::bf16>{&w, row_begin});
             default: break;
         }
     }
