@@ -58,11 +58,11 @@ struct BenchOptions {
     std::vector<std::string> trees{};
     std::size_t tree_max_nodes = 24;  // the most nodes of the auto tree
     std::vector<double> temperatures{0.0, 1.0};
-    std::size_t new_tokens = 64;
+    std::size_t new_tokens = 96;
     std::optional<std::string> prompt;
     std::optional<std::size_t> prompt_tokens;  // also measure the prefill of a prompt of this many tokens
     std::optional<std::string> export_gguf_dir;  // write the synthetic target and draft as GGUF files there, then exit
-    std::size_t repetitions = 3;
+    std::size_t repetitions = 4;
     std::size_t threads = 0;  // 0 = every hardware thread
     std::uint64_t seed = 42;
     std::optional<std::string> json_path;
@@ -121,11 +121,11 @@ what to measure
                             children per depth, e.g. 3x2x1, or a chain length (default: none)
   --tree-max-nodes N        the most nodes of the auto tree (default 24)
   --temperatures LIST       sampling temperatures, 0 = greedy (default 0,1)
-  --new-tokens N            tokens generated per run (default 64)
+  --new-tokens N            tokens generated per run (default 96)
   --prompt TEXT             prompt text (GGUF models; synthetic models use a seeded token prompt)
   --prompt-tokens N         also measure prefill speed and time to first token for an N-token prompt
-  --repetitions N           interleaved autoregressive/speculative pairs per configuration, seeds
-                            seed, seed + 1, ... (default 3)
+  --repetitions N           rounds over every row, seeds seed, seed + 1, ...: per temperature one
+                            autoregressive generation, then each row's speculative one (default 4)
   --seed N                  seed of every random choice (default 42)
 
 output

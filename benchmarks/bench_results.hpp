@@ -65,8 +65,9 @@ struct CostMeasurement {
     }
 };
 
-// One (temperature, draft length) configuration: `repetitions` interleaved
-// pairs of an autoregressive and a speculative generation, summed.
+// One (temperature, draft length) configuration: `repetitions` speculative
+// generations, each paired with the autoregressive generation of the same
+// repetition and temperature (shared by the rows of that temperature), summed.
 struct ConfigurationResult {
     double temperature = 0.0;
     std::size_t draft_tokens = 0;  // k; with auto_length the most drafts per step
@@ -78,7 +79,7 @@ struct ConfigurationResult {
     GenerationStats autoregressive;
     GenerationStats speculative;
 
-    // Speedup of each interleaved pair alone: their spread shows how noisy the machine was.
+    // Speedup of each repetition alone: their spread shows how noisy the machine (and the sample) was.
     std::vector<double> speedup_per_repetition;
 
     double cost_ratio = 0.0;               // c

@@ -1,13 +1,14 @@
 #pragma once
-// The measurement loop. For each (temperature, draft length) it alternates an
-// autoregressive and a speculative generation of the same prompt with the same
-// seed, `repetitions` times: interleaving spreads slow drifts of the machine
-// (frequency scaling, other processes) evenly over both methods.
+// The measurement loop: autoregressive and speculative generations of the
+// same prompt with the same seed, interleaved repetition by repetition over
+// every row (see run_configurations), so that slow drifts of the machine
+// (frequency scaling, other processes) spread evenly over methods and rows.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -37,8 +38,8 @@ struct RunSettings {
 };
 
 struct ProgressStep {
-    std::size_t configuration = 0;  // 1-based
-    std::size_t configurations = 0;
+    std::size_t step = 0;  // 1-based: one speculative generation of one row
+    std::size_t steps = 0;
     double temperature = 0.0;
     std::size_t draft_tokens = 0;
     std::string label;           // "4", "auto<=8", "4 block"
@@ -101,41 +102,58 @@ struct SharedPolicy {
     void observe(const StepOutcome& outcome) { policy->observe(outcome); }
 };
 
-// Calls f(make_decoder) where make_decoder(options) builds a speculative
-// decoder with this configuration's rule and (shared) length policy.
-template <class Draft, CausalLM Target, class F>
-void with_speculative_decoder(Draft& draft, Target& target, const Configuration& configuration, F&& f) {
-    auto run = [&](auto rule, auto policy) {
+// One row's speculative generation: generate(options, prompt) builds a decoder
+// with the row's rule and its length policy, which lives as long as the row
+// (one policy over all of the row's repetitions).
+using RowGenerator = std::function<GenerationResult(const DecodingOptions&, std::span<const Token>)>;
+
+template <class Draft, CausalLM Target>
+[[nodiscard]] RowGenerator make_row_generator(Draft& draft, Target& target, const Configuration& configuration) {
+    auto make = [&](auto rule, auto policy) -> RowGenerator {
         using Rule = decltype(rule);
         using Policy = decltype(policy);
-        f([&](const DecodingOptions& options) {
-            return SpeculativeDecoder<Target, Draft, Rule, SharedPolicy<Policy>>(
-                specdec::target(target), specdec::draft(draft), options, rule, SharedPolicy<Policy>{&policy});
-        });
+        auto shared = std::make_shared<Policy>(std::move(policy));
+        return [&draft, &target, rule, shared](const DecodingOptions& options, std::span<const Token> prompt) {
+            SpeculativeDecoder<Target, Draft, Rule, SharedPolicy<Policy>> decoder(
+                specdec::target(target), specdec::draft(draft), options, rule, SharedPolicy<Policy>{shared.get()});
+            // Every row shares the models: each generation starts from an
+            // empty cache and pays the same prefill.
+            decoder.reset();
+            return decoder.generate(prompt);
+        };
     };
     if (configuration.rule == RuleChoice::tokenwise) {
-        if (configuration.auto_length) run(TokenwiseRejection{}, AutoLength{});
-        else run(TokenwiseRejection{}, FixedLength{});
-    } else {
-        if (configuration.auto_length) run(BlockVerification{}, AutoLength{});
-        else run(BlockVerification{}, FixedLength{});
+        if (configuration.auto_length) return make(TokenwiseRejection{}, AutoLength{});
+        return make(TokenwiseRejection{}, FixedLength{});
     }
+    if (configuration.auto_length) return make(BlockVerification{}, AutoLength{});
+    return make(BlockVerification{}, FixedLength{});
 }
 
 // Draft: a CausalLM draft model or a Drafter (e.g. PromptLookupDrafter).
+//
+// Order: repetition by repetition, and within one temperature of a
+// repetition, one autoregressive generation followed by every row's
+// speculative generation of the same prompt and seed (the autoregressive
+// tokens do not depend on the row, so one run serves them all; at T = 0 each
+// row is checked against it). Rows run forwards in even repetitions and
+// backwards in odd ones, so that no row always sits next to the baseline. A
+// slower phase of the machine therefore hits every row alike: rows are
+// compared with each other (auto against the best fixed k) on equal terms, and
+// the time saved on baselines buys more generated tokens per row.
 template <class Draft, CausalLM Target>
 [[nodiscard]] std::vector<ConfigurationResult> run_configurations(Draft& draft, Target& target,
                                                                   std::span<const Token> prompt,
                                                                   const RunSettings& settings,
-                                                                  const CostMeasurement& costs,
-                                                                  const ProgressCallback& progress = {}) {
-    std::vector<ConfigurationResult> results;
+                                                                  const ProgressCallback& progress = {},
+                                                                  const std::function<void()>& after_round = {}) {
     const std::vector<Configuration> configurations = configurations_of(settings);
     const std::size_t total = configurations.size();
-    if (settings.warmup_tokens > 0 && total > 0) {
+    if (total == 0) return {};
+    if (settings.warmup_tokens > 0) {
         // The first generations pay one-time costs (first touch of the KV
         // caches and scratch buffers, thread start-up): keep them out of the
-        // first configuration's numbers.
+        // first row's numbers.
         const DecodingOptions warmup{.draft_tokens = configurations.front().draft_tokens,
                                      .sampling = SamplingOptions{.temperature = configurations.front().temperature},
                                      .seed = settings.seed,
@@ -143,54 +161,69 @@ template <class Draft, CausalLM Target>
         (void)AutoregressiveDecoder<Target>(target, warmup).generate(prompt);
         (void)SpeculativeDecoder<Target, Draft>(specdec::target(target), specdec::draft(draft), warmup).generate(prompt);
     }
-    for (const Configuration& configuration : configurations) {
+    std::vector<ConfigurationResult> results(total);
+    std::vector<RowGenerator> generators;
+    std::vector<double> temperatures;  // in the order of the configurations
+    for (std::size_t i = 0; i < total; ++i) {
+        const Configuration& configuration = configurations[i];
+        ConfigurationResult& result = results[i];
         const std::size_t k = configuration.draft_tokens;
-        const double temperature = configuration.temperature;
-        DecodingOptions options{
-            .draft_tokens = k,
-            .sampling = SamplingOptions{.temperature = temperature},
-            .seed = settings.seed,
-            .max_new_tokens = settings.new_tokens,
-        };
-        ConfigurationResult result;
-        result.temperature = temperature;
+        result.temperature = configuration.temperature;
         result.draft_tokens = k;
         result.auto_length = configuration.auto_length;
         result.rule = configuration.rule;
         result.repetitions = settings.repetitions;
-        result.cost_ratio = costs.cost_ratio();
-        result.verification_cost_ratio = costs.verification_cost_ratio(k);
-        result.target_step_seconds = costs.target_step_seconds;
-        for (std::size_t n = 0; n <= k; ++n) result.verification_cost_ratio_by_length.push_back(costs.verification_cost_ratio(n));
-        with_speculative_decoder(draft, target, configuration, [&](auto make_speculative) {
-            for (std::size_t repetition = 0; repetition < settings.repetitions; ++repetition) {
+        generators.push_back(make_row_generator(draft, target, configuration));
+        if (std::find(temperatures.begin(), temperatures.end(), configuration.temperature) == temperatures.end())
+            temperatures.push_back(configuration.temperature);
+    }
+    std::size_t step = 0;
+    for (std::size_t repetition = 0; repetition < settings.repetitions; ++repetition) {
+        for (const double temperature : temperatures) {
+            std::vector<std::size_t> rows;
+            for (std::size_t i = 0; i < total; ++i)
+                if (configurations[i].temperature == temperature) rows.push_back(i);
+            if (repetition % 2 == 1) std::reverse(rows.begin(), rows.end());
+            // Each repetition is another sample (its own seed, so another
+            // prompt for synthetic models and other random draws).
+            const DecodingOptions baseline_options{.sampling = SamplingOptions{.temperature = temperature},
+                                                   .seed = settings.seed + repetition,
+                                                   .max_new_tokens = settings.new_tokens};
+            AutoregressiveDecoder<Target> autoregressive(target, baseline_options);
+            autoregressive.reset();
+            const GenerationResult baseline = autoregressive.generate(prompt);
+            for (const std::size_t i : rows) {
+                ConfigurationResult& result = results[i];
                 if (progress)
-                    progress(ProgressStep{results.size() + 1, total, temperature, k, result.label(), repetition + 1,
+                    progress(ProgressStep{++step, total * settings.repetitions, temperature,
+                                          configurations[i].draft_tokens, result.label(), repetition + 1,
                                           settings.repetitions});
-                // Each repetition is another sample (its own seed) of the
-                // same pair of methods; both decoders of a pair share it.
-                // Both share the target model, so each starts from an empty
-                // cache (reset): every repetition pays the same prefill.
-                DecodingOptions repetition_options = options;
-                repetition_options.seed = settings.seed + repetition;
-                AutoregressiveDecoder<Target> autoregressive(target, repetition_options);
-                auto speculative = make_speculative(repetition_options);
-                autoregressive.reset();
-                const GenerationResult baseline = autoregressive.generate(prompt);
+                DecodingOptions options = baseline_options;
+                options.draft_tokens = configurations[i].draft_tokens;
+                const GenerationResult fast = generators[i](options, prompt);
                 result.autoregressive += baseline.stats;
-
-                speculative.reset();
-                const GenerationResult fast = speculative.generate(prompt);
                 result.speculative += fast.stats;
                 if (baseline.stats.decode_tokens_per_second() > 0.0)
                     result.speedup_per_repetition.push_back(fast.stats.decode_tokens_per_second() /
                                                             baseline.stats.decode_tokens_per_second());
                 if (temperature == 0.0) detail::check_greedy_match(result, baseline.tokens, fast.tokens);
             }
-        });
-        results.push_back(std::move(result));
+            if (after_round) after_round();
+        }
     }
     return results;
+}
+
+// The cost model's inputs of each row (c, v_k, v_n), from the final costs.
+inline void apply_costs(std::vector<ConfigurationResult>& results, const CostMeasurement& costs) {
+    for (ConfigurationResult& result : results) {
+        const std::size_t k = result.draft_tokens;
+        result.cost_ratio = costs.cost_ratio();
+        result.verification_cost_ratio = costs.verification_cost_ratio(k);
+        result.target_step_seconds = costs.target_step_seconds;
+        result.verification_cost_ratio_by_length.clear();
+        for (std::size_t n = 0; n <= k; ++n) result.verification_cost_ratio_by_length.push_back(costs.verification_cost_ratio(n));
+    }
 }
 
 // Everything a report needs besides the measurements.
@@ -227,8 +260,15 @@ template <class Draft, CausalLM Target>
             if (tree != "auto") lengths.push_back(TreeShape::parse(tree).size());
     std::sort(lengths.begin(), lengths.end());
     lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
-    report.costs = measure_costs(draft, target, inputs.prompt, lengths, inputs.cost_settings);
-    report.configurations = run_configurations(draft, target, inputs.prompt, inputs.settings, report.costs, progress);
+    // c and v_k: one round of cost samples after each round of generations
+    // (topped up to the budget at the end), so that the prediction's costs
+    // come from the same minutes as the speeds they are compared with.
+    measure_prefill(target, inputs.prompt, inputs.cost_settings, report.costs);
+    CostSampler<Draft, Target> costs(draft, target, inputs.prompt, lengths);
+    report.configurations = run_configurations(draft, target, inputs.prompt, inputs.settings, progress, [&] { costs.round(); });
+    costs.rounds(inputs.cost_settings.rounds);
+    costs.write(report.costs);
+    apply_costs(report.configurations, report.costs);
     if (trees) {
         report.trees = run_tree_configurations(draft, target, inputs.prompt, inputs.settings.trees,
                                                inputs.settings.tree_max_nodes, inputs.settings.temperatures,

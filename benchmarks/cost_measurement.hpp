@@ -10,7 +10,11 @@
 // pool), which makes c look smaller than any step will see it. So the draft's
 // passes and the verification passes are timed each right after a pass of
 // the other model, as in a step; the autoregressive one-token pass, which
-// follows itself in plain decoding, is timed back to back.
+// follows itself in plain decoding, is timed right after another one.
+//
+// The passes are sampled in rounds (one of each per round) rather than one
+// quantity after the other: c and v_k are ratios, and a machine whose speed
+// drifts between the first and the last quantity would otherwise skew them.
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
@@ -27,7 +31,7 @@ namespace detail {
 
 using Clock = std::chrono::steady_clock;
 
-[[nodiscard]] inline double median(std::vector<double> values) {
+[[nodiscard]] inline double median(std::vector<double> values) {  // by value: sorts a copy
     if (values.empty()) return 0.0;
     std::sort(values.begin(), values.end());
     const std::size_t middle = values.size() / 2;
@@ -54,31 +58,19 @@ struct NothingBefore {
     void operator()() const {}
 };
 
-// Median seconds of model.forward(`tokens` tokens) appended after the prompt,
-// each sample right after an untimed call of `before` (the other model's
-// pass, or nothing). One untimed call first: the first pass touches cold
-// weights and caches.
-template <CausalLM Model, class Before = NothingBefore>
-[[nodiscard]] double time_forward(Model& model, std::span<const Token> prompt, std::size_t tokens, const SamplingBudget& budget,
-                                  Before&& before = {}) {
-    model.truncate(0);
-    (void)model.forward(prompt);
-    const std::vector<Token> feed = filler_tokens(prompt, tokens);
+// Times one call of f.
+template <class F>
+[[nodiscard]] double seconds_of(F&& f) {
+    const auto start = Clock::now();
+    f();
+    return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// model.forward(feed) after the cached prompt, then back to the prompt.
+template <CausalLM Model>
+void forward_after_prompt(Model& model, std::span<const Token> feed, std::size_t prompt_tokens) {
     (void)model.forward(feed);
-    model.truncate(prompt.size());
-    std::vector<double> seconds;
-    double total = 0.0;
-    while (seconds.size() < budget.max_samples && (seconds.size() < budget.min_samples || total < budget.min_seconds)) {
-        before();
-        const auto start = Clock::now();
-        (void)model.forward(feed);
-        const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-        seconds.push_back(elapsed);
-        total += elapsed;
-        model.truncate(prompt.size());
-    }
-    model.truncate(0);
-    return median(std::move(seconds));
+    model.truncate(prompt_tokens);
 }
 
 // Median seconds of prefilling `prompt` from an empty cache, up to the last
@@ -105,75 +97,128 @@ template <CausalLM Model>
     return median(std::move(seconds));
 }
 
-// A model-free drafter has no forward pass: its step cost is one proposal.
-template <Drafter D>
-[[nodiscard]] double time_proposal(D& drafter, std::span<const Token> prompt, const SamplingBudget& budget) {
-    const SamplingOptions sampling{};
-    const CounterRng rng{0};
-    std::vector<double> seconds;
-    double total = 0.0;
-    drafter.reset();
-    while (seconds.size() < budget.max_samples && (seconds.size() < budget.min_samples || total < budget.min_seconds)) {
-        const auto start = Clock::now();
-        const DraftProposal proposal = drafter.propose(DraftRequest{prompt, 1, sampling, rng});
-        const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-        (void)proposal;
-        seconds.push_back(elapsed);
-        total += elapsed;
-    }
-    return median(std::move(seconds));
-}
-
 }  // namespace detail
 
 struct CostMeasurementSettings {
-    detail::SamplingBudget step{.min_samples = 5, .max_samples = 300, .min_seconds = 0.3};          // 1-token forwards
-    detail::SamplingBudget verification{.min_samples = 5, .max_samples = 200, .min_seconds = 0.3};  // (k+1)-token forwards
-    // Passes timed right after the other model's pass (draft after target,
-    // verification after draft): each sample also pays that untimed pass.
-    detail::SamplingBudget interleaved{.min_samples = 9, .max_samples = 40, .min_seconds = 0.15};
-    detail::SamplingBudget prefill{.min_samples = 3, .max_samples = 50, .min_seconds = 0.5};        // whole prompts
+    // Rounds over every timed pass (target 1 token, draft, each verification
+    // width) until min_seconds of timed passes, within the sample limits.
+    detail::SamplingBudget rounds{.min_samples = 9, .max_samples = 80, .min_seconds = 1.5};
+    detail::SamplingBudget prefill{.min_samples = 3, .max_samples = 50, .min_seconds = 0.5};  // whole prompts
     std::size_t long_prompt_tokens = 0;  // > 0: also time the prefill of a prompt this long (the prompt's ids, cycled)
 };
 
+// Samples the passes of the cost model in rounds (one of each per round):
+// the one-token target pass right after another, a draft pass right after a
+// target pass, and each verification width right after a draft pass. The
+// benchmark runs one round per round of generations, so that the medians
+// span the same minutes as the speeds they explain.
 template <class Draft, CausalLM Target>
-[[nodiscard]] CostMeasurement measure_costs(Draft& draft, Target& target, std::span<const Token> prompt,
-                                            std::span<const std::size_t> draft_lengths,
-                                            const CostMeasurementSettings& settings = {}) {
-    CostMeasurement costs;
-    costs.target_step_seconds = detail::time_forward(target, prompt, 1, settings.step);
-    // One untimed one-token pass of `model`: what a step runs before the pass being timed.
-    auto one_pass_of = [&prompt](auto& model) {
-        return [&model, &prompt] {
-            model.truncate(0);
-            (void)model.forward(prompt.first(1));
-            model.truncate(0);
-        };
-    };
-    if constexpr (CausalLM<Draft>) {
-        costs.draft_step_seconds = detail::time_forward(draft, prompt, 1, settings.interleaved, one_pass_of(target));
-    } else {
-        costs.draft_step_seconds = detail::time_proposal(draft, prompt, settings.step);
+class CostSampler {
+public:
+    CostSampler(Draft& draft, Target& target, std::span<const Token> prompt, std::span<const std::size_t> draft_lengths)
+        : draft_(draft), target_(target), prompt_(prompt.begin(), prompt.end()), one_(detail::filler_tokens(prompt, 1)) {
+        for (const std::size_t k : draft_lengths) {
+            if (prompt.size() + k + 1 > target.context_length()) continue;  // cannot be verified in this context anyway
+            widths_.push_back(k + 1);
+            feeds_.push_back(detail::filler_tokens(prompt, k + 1));
+        }
+        verification_.resize(widths_.size());
     }
-    costs.prefill.push_back({prompt.size(), detail::time_prefill(target, prompt, settings.prefill)});
+
+    // One sample of every pass; both models hold nothing afterwards.
+    void round() {
+        target_.truncate(0);
+        (void)target_.forward(prompt_);
+        if constexpr (CausalLM<Draft>) {
+            draft_.truncate(0);
+            (void)draft_.forward(prompt_);
+        } else {
+            draft_.reset();
+        }
+        if (!warm_) {  // the first passes touch cold weights and caches
+            target_pass(one_);
+            draft_pass();
+            for (const std::vector<Token>& feed : feeds_) target_pass(feed);
+            warm_ = true;
+        }
+        target_pass(one_);
+        step_.push_back(detail::seconds_of([&] { target_pass(one_); }));
+        drafting_.push_back(detail::seconds_of([&] { draft_pass(); }));
+        seconds_ += step_.back() + drafting_.back();
+        for (std::size_t i = 0; i < feeds_.size(); ++i) {
+            draft_pass();
+            verification_[i].push_back(detail::seconds_of([&] { target_pass(feeds_[i]); }));
+            seconds_ += verification_[i].back();
+        }
+        target_.truncate(0);
+        if constexpr (CausalLM<Draft>) draft_.truncate(0);
+        else draft_.reset();
+    }
+
+    // Rounds until the budget is met (counting the rounds already run).
+    void rounds(const detail::SamplingBudget& budget) {
+        while (step_.size() < budget.max_samples && (step_.size() < budget.min_samples || seconds_ < budget.min_seconds))
+            round();
+    }
+
+    // Medians so far; `into` keeps its prefill measurements.
+    void write(CostMeasurement& into) const {
+        into.target_step_seconds = detail::median(step_);
+        into.draft_step_seconds = detail::median(drafting_);
+        into.verified_tokens = widths_;
+        into.verification_seconds.clear();
+        for (const std::vector<double>& samples : verification_) into.verification_seconds.push_back(detail::median(samples));
+    }
+
+private:
+    // Every pass appends its tokens after the cached prompt and is truncated back.
+    void target_pass(std::span<const Token> feed) { detail::forward_after_prompt(target_, feed, prompt_.size()); }
+    void draft_pass() {
+        if constexpr (CausalLM<Draft>) {
+            detail::forward_after_prompt(draft_, one_, prompt_.size());
+        } else {  // a model-free drafter: its step cost is one proposal
+            const DraftProposal proposal = draft_.propose(DraftRequest{prompt_, 1, SamplingOptions{}, CounterRng{0}});
+            (void)proposal;
+        }
+    }
+
+    Draft& draft_;
+    Target& target_;
+    std::vector<Token> prompt_;
+    std::vector<Token> one_;
+    std::vector<std::size_t> widths_;
+    std::vector<std::vector<Token>> feeds_;
+    bool warm_ = false;
+    std::vector<double> step_, drafting_;
+    std::vector<std::vector<double>> verification_;
+    double seconds_ = 0.0;
+};
+
+// The prompt's prefill (and --prompt-tokens'), timed on their own.
+template <CausalLM Target>
+void measure_prefill(Target& target, std::span<const Token> prompt, const CostMeasurementSettings& settings,
+                     CostMeasurement& into) {
+    into.prefill.push_back({prompt.size(), detail::time_prefill(target, prompt, settings.prefill)});
     if (settings.long_prompt_tokens > 0) {
         if (settings.long_prompt_tokens > target.context_length()) {
             throw Error("--prompt-tokens " + std::to_string(settings.long_prompt_tokens) + " exceeds the target's context of " +
                         std::to_string(target.context_length()) + " positions");
         }
         const std::vector<Token> long_prompt = detail::filler_tokens(prompt, settings.long_prompt_tokens);
-        costs.prefill.push_back({long_prompt.size(), detail::time_prefill(target, long_prompt, settings.prefill)});
+        into.prefill.push_back({long_prompt.size(), detail::time_prefill(target, long_prompt, settings.prefill)});
     }
-    for (const std::size_t k : draft_lengths) {
-        if (prompt.size() + k + 1 > target.context_length()) continue;  // cannot be verified in this context anyway
-        costs.verified_tokens.push_back(k + 1);
-        if constexpr (CausalLM<Draft>) {
-            costs.verification_seconds.push_back(
-                detail::time_forward(target, prompt, k + 1, settings.interleaved, one_pass_of(draft)));
-        } else {
-            costs.verification_seconds.push_back(detail::time_forward(target, prompt, k + 1, settings.verification));
-        }
-    }
+}
+
+// Everything at once: the prefill, then rounds until settings.rounds is met.
+template <class Draft, CausalLM Target>
+[[nodiscard]] CostMeasurement measure_costs(Draft& draft, Target& target, std::span<const Token> prompt,
+                                            std::span<const std::size_t> draft_lengths,
+                                            const CostMeasurementSettings& settings = {}) {
+    CostMeasurement costs;
+    measure_prefill(target, prompt, settings, costs);
+    CostSampler<Draft, Target> sampler(draft, target, prompt, draft_lengths);
+    sampler.rounds(settings.rounds);
+    sampler.write(costs);
     return costs;
 }
 

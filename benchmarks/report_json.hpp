@@ -25,7 +25,7 @@ inline constexpr int kReportFormatVersion = 1;
 
 [[nodiscard]] inline nlohmann::ordered_json autoregressive_run_to_json(const ConfigurationResult& r) {
     return {{"method", "autoregressive"},
-            {"draft_tokens", r.draft_tokens},  // the speculative run this baseline was interleaved with
+            {"draft_tokens", r.draft_tokens},  // the row this baseline was paired with (one baseline per repetition serves every row of a temperature)
             {"draft_length", r.auto_length ? nlohmann::ordered_json("auto") : nlohmann::ordered_json(r.draft_tokens)},
             {"rule", to_string(r.rule)},
             {"temperature", r.temperature},

@@ -58,7 +58,7 @@ inline void print_header(std::ostream& out, const BenchReport& report) {
                "not on language; use --target/--draft for real models\n";
     out << "prompt:  " << report.prompt_tokens << " tokens"
         << (report.prompt_text ? " \"" + *report.prompt_text + "\"" : " (seeded random ids)") << ", "
-        << report.new_tokens << " new tokens, " << report.repetitions << " interleaved repetitions, seed "
+        << report.new_tokens << " new tokens, " << report.repetitions << " repetitions (rounds over every row), seed "
         << report.seed << "\n";
     out << detail::format("costs:   target forward %.2f ms/token, draft %.3f ms/token, c = %.3f", report.costs.target_step_seconds * 1e3,
                           report.costs.draft_step_seconds * 1e3, report.costs.cost_ratio())
@@ -106,7 +106,7 @@ inline void print_table(std::ostream& out, const BenchReport& report) {
     }
     out << "\n";
     out << "tok/s = generated tokens / time of the steps after the prompt (prefill: see below); speedup = summed over "
-           "the interleaved repetitions; per rep. = slowest-fastest single pair\n";
+           "the repetitions; per rep. = slowest-fastest single repetition (each against the autoregressive run of its round)\n";
     out << "alpha = accepted / tested drafts (per-token acceptance); acc.rate = accepted / proposed drafts; "
            "tok/pass = tokens per target pass\n";
     out << kPredictedSpeedupFormula << "; efficiency = measured / predicted\n";

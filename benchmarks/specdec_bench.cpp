@@ -42,8 +42,8 @@ public:
 
     void operator()(const ProgressStep& step) const {
         if (!enabled_) return;
-        std::fprintf(stderr, "%s[%zu/%zu] T=%g k=%s rep %zu/%zu%s", terminal_ ? "\r" : "", step.configuration,
-                     step.configurations, step.temperature, step.label.c_str(), step.repetition, step.repetitions,
+        std::fprintf(stderr, "%s[%zu/%zu] T=%g k=%s rep %zu/%zu%s", terminal_ ? "\r" : "", step.step,
+                     step.steps, step.temperature, step.label.c_str(), step.repetition, step.repetitions,
                      terminal_ ? "   " : "\n");
         std::fflush(stderr);
     }
@@ -68,7 +68,7 @@ template <class Draft, class Target>
 int benchmark_and_report(Draft& draft, Target& target, BenchInputs inputs, const BenchOptions& options) {
     const ProgressPrinter printer(!options.quiet);
     if (!options.quiet)
-        std::fprintf(stderr, "measuring forward costs, then %zu configurations x %zu repetitions...\n",
+        std::fprintf(stderr, "%zu configurations x %zu repetitions (forward costs timed between rounds)...\n",
                      configurations_of(inputs.settings).size(), inputs.settings.repetitions);
     const BenchReport report = run_benchmark(draft, target, inputs, [&](const ProgressStep& step) { printer(step); });
     printer.finish();

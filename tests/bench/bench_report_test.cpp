@@ -45,8 +45,7 @@ BenchInputs tiny_inputs(const LlamaModel& target, const ModelInfo& draft_info) {
     inputs.draft = draft_info;
     inputs.prompt = seeded_token_prompt(3, target.vocab_size(), 8);
     inputs.settings = RunSettings{.draft_tokens = {1, 3}, .temperatures = {0.0, 1.0}, .new_tokens = 8, .repetitions = 2, .seed = 5};
-    inputs.cost_settings.step = {.min_samples = 2, .max_samples = 2, .min_seconds = 0.0};
-    inputs.cost_settings.verification = {.min_samples = 1, .max_samples = 1, .min_seconds = 0.0};
+    inputs.cost_settings.rounds = {.min_samples = 2, .max_samples = 2, .min_seconds = 0.0};
     return inputs;
 }
 
@@ -66,8 +65,16 @@ TEST_CASE("a tiny synthetic run produces a JSON report with every required field
     const BenchReport report = run_benchmark(pair.draft, pair.target, inputs, [&](const ProgressStep& s) { steps.push_back(s); });
 
     CHECK(steps.size() == 2 * 2 * 2);  // temperatures x draft lengths x repetitions
-    CHECK(steps.back().configuration == 4);
-    CHECK(steps.back().configurations == 4);
+    CHECK(steps.back().step == 8);
+    CHECK(steps.back().steps == 8);
+    // Repetition-major: every row of a temperature in one round, forwards in
+    // the first repetition and backwards in the second.
+    std::vector<std::string> order;
+    for (const ProgressStep& s : steps)
+        order.push_back("T" + std::to_string(static_cast<int>(s.temperature)) + " k" + std::to_string(s.draft_tokens) + " r" +
+                        std::to_string(s.repetition));
+    CHECK(order == std::vector<std::string>{"T0 k1 r1", "T0 k3 r1", "T1 k1 r1", "T1 k3 r1", "T0 k3 r2", "T0 k1 r2",
+                                            "T1 k3 r2", "T1 k1 r2"});
     REQUIRE(report.configurations.size() == 4);
     CHECK(report.all_greedy_runs_match());
 

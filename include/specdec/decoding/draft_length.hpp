@@ -89,23 +89,27 @@ struct ConfidenceStop {
 //         rarely grows with depth, so an unmeasured position is not promised more);
 //   A(t)  acceptance of a draft whose q has top probability t (10 bins);
 //   d     seconds per draft pass; V(n) seconds of a target pass over n tokens
-//         (unmeasured widths interpolated linearly); r per verified row of
+//         (the measured widths' averages fitted non-decreasing in n, unmeasured
+//         widths interpolated linearly); r per verified row of
 //         acceptance work; o the rest of a step.
 // plan(): k* = argmax_k E(k) / T(k) with E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j and
 // T(k) = k d + V(k + 1) + (k + 1) r + o, so k = 0 (no drafting) when speculation
-// does not pay. Inside the draft, draft i is kept only while its marginal
-// expected tokens per marginal second, P(drafts < i kept) A(t_i) / (V(n+1) - V(n)
-// + r + d), is at least the step's planned rate E(k*) / T(k*): the threshold on
-// t follows from the costs instead of being a constant. Every explore_every-th
-// step drafts one more than k* so that deeper positions and wider passes keep
-// being measured. The lengths depend on measured times, so two runs with the
-// same seed may choose differently (each run is still exact).
+// does not pay. Inside the draft, draft i is kept only while the drafts it
+// leads to (i .. m - 1 for the best m up to the plan's length) bring their
+// expected tokens, P(drafts < i kept) A(t_i) (1 + a_{i+1} + ...), at a marginal
+// rate per marginal second (V(m + 1) - V(i + 1) + passes and rows) of at least
+// the step's planned rate E(k*) / T(k*): the threshold on t follows from the
+// costs instead of being a constant. Every explore_every-th
+// step drafts one more or one fewer than k* (in turn) so that deeper positions
+// and the neighbouring pass widths keep being measured. The lengths depend on
+// measured times, so two runs with the same seed may choose differently (each
+// run is still exact).
 class AutoLength {
 public:
     struct Options {
-        std::size_t warmup_steps = 4;     // steps drafted at min(cap, warmup_length) before the model decides
+        std::size_t warmup_steps = 4;     // steps before the model decides: warmup_length, 1, warmup_length, 2, ...
         std::size_t warmup_length = 4;
-        std::size_t explore_every = 16;   // one step in this many drafts k* + 1
+        std::size_t explore_every = 16;   // one step in this many drafts k* + 1 or k* - 1 (in turn)
         double decay = 0.98;              // per-step weight of older acceptance samples
         double prior_strength = 4.0;      // pseudo-samples pulling a_i towards a_{i-1}
         bool confidence_stop = true;      // stop inside a draft by the cost threshold
@@ -122,7 +126,10 @@ public:
 
     DraftPlan plan(std::size_t cap, std::uint64_t) {
         ensure_positions(cap);
-        planned_ = std::min(cap, options_.warmup_length);
+        // Warm-up: full-length drafts (acceptance at every depth) alternating
+        // with short ones (1, 2, ...), so that the cost model starts from
+        // several pass widths rather than extrapolating from one.
+        planned_ = std::min(cap, steps_ % 2 == 0 ? options_.warmup_length : 1 + steps_ / 2);
         if (steps_ >= options_.warmup_steps && cap > 0) {
             std::size_t best = 0;
             double best_rate = 0.0;
@@ -133,8 +140,15 @@ public:
                     best = k;
                 }
             }
+            // Exploration alternates between the two neighbours of k*, so that
+            // the widths on either side keep being timed (a width never timed
+            // again keeps whatever a slow moment once made of it).
             const bool explore = options_.explore_every > 0 && steps_ % options_.explore_every == 0;
-            planned_ = explore ? std::min(cap, best + 1) : best;
+            planned_ = best;
+            if (explore) {
+                const bool up = (explorations_++ % 2 == 0 && best < cap) || best == 0;
+                planned_ = up ? best + 1 : best - 1;
+            }
             target_rate_ = best_rate;
         }
         kept_probability_ = 1.0;
@@ -162,8 +176,19 @@ public:
         // Costs.
         if (outcome.draft_passes > 0) average(draft_pass_, outcome.draft_seconds / outcome.draft_passes);
         if (outcome.verified_tokens > 0) {
-            if (verify_.size() < outcome.verified_tokens + 1) verify_.resize(outcome.verified_tokens + 1, -1.0);
-            average(verify_[outcome.verified_tokens], outcome.target_seconds);
+            if (verify_.size() < outcome.verified_tokens + 1) {
+                verify_.resize(outcome.verified_tokens + 1, -1.0);
+                verify_weight_.resize(outcome.verified_tokens + 1, 0.0);
+            }
+            double& width = verify_[outcome.verified_tokens];
+            // A width's first timing enters as if the fitted curve had been
+            // its average, so that it is clipped like the later ones.
+            const bool fitted = std::any_of(verify_fit_.begin(), verify_fit_.end(), [](double v) { return v >= 0.0; });
+            if (width < 0.0 && fitted) width = verify_seconds(outcome.verified_tokens);
+            average(width, outcome.target_seconds);
+            for (double& weight : verify_weight_) weight *= options_.decay;
+            verify_weight_[outcome.verified_tokens] += 1.0;
+            fit_verify_costs();
             average(row_, outcome.acceptance_seconds / static_cast<double>(outcome.proposed + 1));
             const double rest =
                 outcome.total_seconds - outcome.draft_seconds - outcome.target_seconds - outcome.acceptance_seconds;
@@ -177,11 +202,23 @@ public:
 
 private:
     static constexpr std::size_t kBins = 10;
+    static constexpr double kStaleWeight = 0.1;
 
     static std::size_t bin_of(float top) {
         return std::min(kBins - 1, static_cast<std::size_t>(std::max(0.0f, top) * static_cast<float>(kBins)));
     }
-    static void average(double& into, double sample) { into = into < 0.0 ? sample : 0.9 * into + 0.1 * sample; }
+    // Moving average of a timing. A sample more than 1.5x away from the
+    // average is clipped to 1.5x before it enters: a pass that was preempted
+    // (3x or 10x slower once) must not move the estimate for the next dozen
+    // steps, while a lasting change of the machine's speed still comes
+    // through, at up to 5% a sample.
+    static void average(double& into, double sample) {
+        if (into < 0.0) {
+            into = sample;
+            return;
+        }
+        into = 0.9 * into + 0.1 * std::clamp(sample, into / 1.5, into * 1.5);
+    }
 
     void ensure_positions(std::size_t n) {
         if (tested_.size() < n) {
@@ -211,25 +248,61 @@ private:
         }
         return total;
     }
-    // V(n): measured, else linear between the nearest measured widths (or
-    // along the last measured slope; a flat line from one point).
+    // V(n): the fitted cost of a measured width, else linear between the
+    // nearest measured widths (or along the last measured slope; a flat line
+    // from one point).
     [[nodiscard]] double verify_seconds(std::size_t n) const {
-        if (n < verify_.size() && verify_[n] >= 0.0) return verify_[n];
+        const std::vector<double>& v = verify_fit_;
+        if (n < v.size() && v[n] >= 0.0) return v[n];
         std::size_t below = 0, above = 0;
-        for (std::size_t w = std::min(n, verify_.size()); w-- > 1;)
-            if (verify_[w] >= 0.0) { below = w; break; }
-        for (std::size_t w = n + 1; w < verify_.size(); ++w)
-            if (verify_[w] >= 0.0) { above = w; break; }
-        if (below && above)
-            return verify_[below] + (verify_[above] - verify_[below]) * double(n - below) / double(above - below);
+        for (std::size_t w = std::min(n, v.size()); w-- > 1;)
+            if (v[w] >= 0.0) { below = w; break; }
+        for (std::size_t w = n + 1; w < v.size(); ++w)
+            if (v[w] >= 0.0) { above = w; break; }
+        if (below && above) return v[below] + (v[above] - v[below]) * double(n - below) / double(above - below);
         const std::size_t known = below ? below : above;
         if (!known) return 1.0;
         std::size_t second = 0;  // another measured width for a slope
-        for (std::size_t w = 1; w < verify_.size(); ++w)
-            if (w != known && verify_[w] >= 0.0) second = w;
-        if (!second) return verify_[known];
-        const double slope = (verify_[known] - verify_[second]) / (double(known) - double(second));
-        return std::max(verify_[known], verify_[known] + slope * (double(n) - double(known)));
+        for (std::size_t w = 1; w < v.size(); ++w)
+            if (w != known && v[w] >= 0.0) second = w;
+        if (!second) return v[known];
+        const double slope = (v[known] - v[second]) / (double(known) - double(second));
+        return std::max(v[known], v[known] + slope * (double(n) - double(known)));
+    }
+    // A pass over more tokens never costs less, but single timings on a busy
+    // machine say otherwise often enough: a width timed once in a slow moment
+    // would look dearer than the next one for a long time, and the in-draft
+    // stop, which reads differences V(n + 1) - V(n), would act on that noise.
+    // So the per-width averages are replaced by their non-decreasing
+    // least-squares fit (pool-adjacent-violators), each width weighted by
+    // how many recent passes measured it.
+    void fit_verify_costs() {
+        struct Block {
+            double value, weight;
+            std::size_t first, last;
+        };
+        std::vector<Block> blocks;
+        for (std::size_t w = 1; w < verify_.size(); ++w) {
+            // A width not timed for a long while (decayed weight below
+            // kStaleWeight: ~110 steps at the default decay) is left out and
+            // interpolated from fresher ones: an old average may be from
+            // another phase of the machine, and leaving it in could keep k*
+            // from ever coming near that width again to re-time it.
+            if (verify_[w] < 0.0 || verify_weight_[w] < kStaleWeight) continue;
+            blocks.push_back({verify_[w], verify_weight_[w], w, w});
+            while (blocks.size() > 1 && blocks[blocks.size() - 2].value > blocks.back().value) {
+                const Block last = blocks.back();
+                blocks.pop_back();
+                Block& merged = blocks.back();
+                merged.value = (merged.value * merged.weight + last.value * last.weight) / (merged.weight + last.weight);
+                merged.weight += last.weight;
+                merged.last = last.last;
+            }
+        }
+        verify_fit_.assign(verify_.size(), -1.0);
+        for (const Block& block : blocks)
+            for (std::size_t w = block.first; w <= block.last; ++w)
+                if (verify_[w] >= 0.0 && verify_weight_[w] >= kStaleWeight) verify_fit_[w] = block.value;
     }
     [[nodiscard]] double step_seconds(std::size_t k) const {
         const double d = draft_pass_ > 0.0 ? draft_pass_ : 0.0;
@@ -247,14 +320,27 @@ private:
             return false;  // at least one draft once a step was planned with k > 0
         }
         const double accept = bin_acceptance(candidate.top_probability, i);
-        const double gain = kept_probability_ * accept;
-        const double cost = std::max(1e-12, verify_seconds(i + 2) - verify_seconds(i + 1) + std::max(0.0, row_) +
-                                                (i + 1 < planned_ ? std::max(0.0, draft_pass_) : 0.0));
-        if (gain / cost < target_rate_) {
+        // Keeping draft i commits to drafting on towards the plan's end: it
+        // pays if some span of drafts i .. m - 1 (m <= planned) brings its
+        // expected tokens at a marginal rate of at least the planned rate.
+        // Judging spans rather than draft i alone also keeps the decision
+        // from hanging on one difference V(i + 2) - V(i + 1) of two noisy
+        // timings.
+        const double d = std::max(0.0, draft_pass_), r = std::max(0.0, row_);
+        const double base = verify_seconds(i + 1);
+        double survive = kept_probability_ * accept, gain = 0.0, best_rate = 0.0;
+        for (std::size_t m = i + 1; m <= std::max(planned_, i + 1); ++m) {
+            gain += survive;  // draft m - 1 kept
+            const double passes = static_cast<double>(m - i) - (m >= planned_ ? 1.0 : 0.0);
+            const double cost = std::max(1e-12, verify_seconds(m + 1) - base + static_cast<double>(m - i) * r + passes * d);
+            best_rate = std::max(best_rate, gain / cost);
+            survive *= position_acceptance(m);
+        }
+        if (best_rate < target_rate_) {
             top_probabilities_.pop_back();
             return true;
         }
-        kept_probability_ = gain;
+        kept_probability_ *= accept;
         return false;
     }
     bool record(const DraftCandidate& candidate) {
@@ -264,6 +350,7 @@ private:
 
     Options options_;
     std::size_t steps_ = 0;
+    std::size_t explorations_ = 0;
     std::size_t planned_ = 0;
     bool stopping_ = false;
     double target_rate_ = 0.0;
@@ -272,7 +359,9 @@ private:
     std::array<double, kBins> bin_tested_{}, bin_accepted_{};
     std::vector<float> top_probabilities_;
     double draft_pass_ = -1.0, row_ = -1.0, other_ = -1.0;
-    std::vector<double> verify_;
+    std::vector<double> verify_;         // per pass width: average seconds
+    std::vector<double> verify_weight_;  // per pass width: decayed count of passes
+    std::vector<double> verify_fit_;     // verify_ made non-decreasing (fit_verify_costs)
 
 public:
     // The drafter's stop hook (see plan()).

@@ -71,12 +71,12 @@ SPECDEC_AVX2_TARGET void matmul_tile_avx2(const WeightMatrix& w, std::size_t row
     const std::size_t chunks = w.cols / 32;
     const std::size_t row_bytes = w.row_bytes();
     const std::byte* rows[R];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) rows[r] = w.data + (row_begin + r) * row_bytes;
     __m256 acc[R][NC];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_setzero_ps();
     // Software prefetch of the next tile (the R rows after these, contiguous
     // in memory), at the pace this tile is consumed: the hardware prefetcher
@@ -90,18 +90,18 @@ SPECDEC_AVX2_TARGET void matmul_tile_avx2(const WeightMatrix& w, std::size_t row
         for (std::size_t line = 0; line < R * chunk_bytes / 64; ++line) {
             _mm_prefetch(next_tile + b * R * chunk_bytes + 64 * line, _MM_HINT_T0);
         }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int i = 0; i < 4; ++i) {
             __m256 wv[R];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int r = 0; r < R; ++r) wv[r] = load8<T>(rows[r], b, i, unused_scale);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int c = 0; c < NC; ++c) {
                 __m256 xv = _mm256_loadu_ps(x + c * x_stride + b * 32 + 8 * i);
                 // Keep the column slice in a register: GCC otherwise folds the
                 // load into every FMA, doubling the loads per FMA for R = 2.
                 if constexpr (R > 1) asm("" : "+x"(xv));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
                 for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(wv[r], xv, acc[r][c]);
             }
         }
@@ -149,8 +149,16 @@ void matmul_rows_avx2_any(const WeightMatrix& w, std::size_t row_begin, std::siz
         // they beat the two-row tiles. Every (row, column) sum is the same
         // chain of FMAs whatever the tile, so results do not depend on the choice.
         for (; r + 4 <= row_end; r += 4) matmul_tile_avx2<T, 4, 2>(w, r, x, x_stride, y, y_stride, accumulate);
+    } else if (columns == 3) {
+        // Three rows: two-row tiles left a 3-column pass slower than a
+        // 4-column one (fewer weight streams in flight per column load).
+        for (; r + 3 <= row_end; r += 3) matmul_tile_avx2<T, 3, 3>(w, r, x, x_stride, y, y_stride, accumulate);
     } else if (columns == 4) {
         for (; r + 3 <= row_end; r += 3) matmul_tile_avx2<T, 3, 4>(w, r, x, x_stride, y, y_stride, accumulate);
+    } else if (columns == 6) {
+        // One pass of 12 accumulators instead of a 4- and a 2-column pass
+        // over the same rows.
+        for (; r + 2 <= row_end; r += 2) matmul_tile_avx2<T, 2, 6>(w, r, x, x_stride, y, y_stride, accumulate);
     } else {
         for (; r + 2 <= row_end; r += 2) matmul_row_tile_avx2<T, 2>(w, r, x, x_stride, columns, y, y_stride, accumulate);
     }

@@ -1,0 +1,139 @@
+// AutoLength's decisions against simulated pairs whose acceptance and costs
+// are known, so that the best draft length is known too: after learning, the
+// lengths it plans must be the argmax of expected tokens per second
+// (Leviathan's E(k) / T(k)), also when some of its timings are corrupted by a
+// slow moment of the machine. Exactness is tested elsewhere
+// (length_policy_exactness_test.cpp); this is about choosing well.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "specdec/specdec.hpp"
+#include "support/catch.hpp"
+
+namespace {
+
+// A pair described by its numbers: each draft is kept with probability
+// `acceptance` once the drafts before it were; seconds per draft pass, per
+// verification pass over n tokens, per verified row.
+struct SimulatedPair {
+    double acceptance = 0.8;
+    double draft_seconds = 1e-3;
+    std::function<double(std::size_t)> verify_seconds;
+    double row_seconds = 0.0;
+};
+
+double expected_rate(const SimulatedPair& pair, std::size_t k) {
+    double tokens = 1.0, survive = 1.0;
+    for (std::size_t i = 0; i < k; ++i) tokens += (survive *= pair.acceptance);
+    const double seconds = static_cast<double>(k) * pair.draft_seconds + pair.verify_seconds(k + 1) +
+                           static_cast<double>(k + 1) * pair.row_seconds;
+    return tokens / seconds;
+}
+
+std::size_t best_length(const SimulatedPair& pair, std::size_t cap) {
+    std::size_t best = 0;
+    for (std::size_t k = 1; k <= cap; ++k)
+        if (expected_rate(pair, k) > expected_rate(pair, best)) best = k;
+    return best;
+}
+
+// Runs `steps` steps of the policy against the pair; `slow(step, n)` may
+// multiply a verification timing (a disturbed measurement). Returns the
+// planned length of every step.
+std::vector<std::size_t> simulate(specdec::AutoLength& policy, const SimulatedPair& pair, std::size_t cap,
+                                  std::size_t steps, std::uint64_t seed,
+                                  const std::function<double(std::size_t, std::size_t)>& slow = {}) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> uniform(0.0, 1.0);
+    std::vector<std::size_t> planned;
+    for (std::size_t step = 0; step < steps; ++step) {
+        const specdec::DraftPlan plan = policy.plan(cap, 100 + step);
+        planned.push_back(plan.max_tokens);
+        // The drafter: one pass per draft; the stop hook sees an uninformative q.
+        std::size_t proposed = 0;
+        while (proposed < plan.max_tokens &&
+               !(plan.stop && plan.stop(specdec::DraftCandidate{proposed, 0.5f})))
+            ++proposed;
+        const std::size_t passes = proposed < plan.max_tokens ? proposed + 1 : proposed;
+        std::size_t accepted = 0;
+        while (accepted < proposed && uniform(rng) < pair.acceptance) ++accepted;
+        specdec::StepOutcome outcome;
+        outcome.proposed = proposed;
+        outcome.accepted = accepted;
+        outcome.draft_passes = passes;
+        outcome.verified_tokens = proposed + 1;
+        outcome.draft_seconds = static_cast<double>(passes) * pair.draft_seconds;
+        outcome.target_seconds = pair.verify_seconds(proposed + 1) * (slow ? slow(step, proposed + 1) : 1.0);
+        outcome.acceptance_seconds = static_cast<double>(proposed + 1) * pair.row_seconds;
+        outcome.total_seconds = outcome.draft_seconds + outcome.target_seconds + outcome.acceptance_seconds;
+        policy.observe(outcome);
+    }
+    return planned;
+}
+
+// The most frequent planned length over the last `window` steps.
+std::size_t settled_length(const std::vector<std::size_t>& planned, std::size_t window) {
+    std::map<std::size_t, std::size_t> counts;
+    for (std::size_t i = planned.size() - window; i < planned.size(); ++i) ++counts[planned[i]];
+    return std::max_element(counts.begin(), counts.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
+}
+
+// A memory-bound target: nearly flat up to 5 tokens, then compute-bound.
+double cpu_like_verify(std::size_t n) {
+    const double base = 10e-3;
+    return n <= 5 ? base * (1.0 + 0.04 * static_cast<double>(n - 1)) : base * (1.16 + 0.15 * static_cast<double>(n - 5));
+}
+
+}  // namespace
+
+TEST_CASE("AutoLength settles on the length that maximises expected tokens per second", "[length-policy][auto]") {
+    struct Case {
+        double acceptance;
+        double draft_seconds;
+    };
+    // Each case's best length is computed from the model, not assumed.
+    for (const Case c : {Case{0.6, 1.3e-3}, Case{0.8, 1.3e-3}, Case{0.9, 0.5e-3}, Case{0.95, 0.2e-3}}) {
+        const SimulatedPair pair{.acceptance = c.acceptance, .draft_seconds = c.draft_seconds,
+                                 .verify_seconds = cpu_like_verify, .row_seconds = 0.05e-3};
+        const std::size_t cap = 8, best = best_length(pair, cap);
+        specdec::AutoLength policy;
+        const std::vector<std::size_t> planned = simulate(policy, pair, cap, 600, 7);
+        INFO("acceptance " << c.acceptance << ", draft " << c.draft_seconds * 1e3 << " ms: best k = " << best);
+        const std::size_t settled = settled_length(planned, 200);
+        // Two lengths whose rates differ by under 2% are equally good choices
+        // for a learner that sees sampled acceptance.
+        CHECK(expected_rate(pair, settled) >= 0.98 * expected_rate(pair, best));
+    }
+}
+
+TEST_CASE("AutoLength stops drafting when speculation does not pay", "[length-policy][auto]") {
+    // A draft as dear as the target and rarely accepted: k = 0 is best.
+    const SimulatedPair pair{.acceptance = 0.1, .draft_seconds = 8e-3, .verify_seconds = cpu_like_verify};
+    REQUIRE(best_length(pair, 8) == 0);
+    specdec::AutoLength policy;
+    const std::vector<std::size_t> planned = simulate(policy, pair, 8, 300, 3);
+    const std::size_t zero = static_cast<std::size_t>(std::count(planned.end() - 100, planned.end(), 0u));
+    CHECK(zero >= 90);  // the rest: exploration steps, one in explore_every
+}
+
+TEST_CASE("AutoLength's choice survives verification timings disturbed by a slow machine", "[length-policy][auto]") {
+    // Acceptance high and drafts cheap: the best length is long. Then one in
+    // five timings of each width comes out three times too slow, and the
+    // widths are timed at different moments, so that their raw averages are
+    // no longer in order; the fitted costs must keep the choice near the best.
+    const SimulatedPair pair{.acceptance = 0.9, .draft_seconds = 0.5e-3, .verify_seconds = cpu_like_verify,
+                             .row_seconds = 0.05e-3};
+    const std::size_t cap = 8, best = best_length(pair, cap);
+    REQUIRE(best >= 4);
+    specdec::AutoLength policy;
+    auto slow = [](std::size_t step, std::size_t n) { return (step + 3 * n) % 5 == 0 ? 3.0 : 1.0; };
+    const std::vector<std::size_t> planned = simulate(policy, pair, cap, 800, 11, slow);
+    const std::size_t settled = settled_length(planned, 300);
+    INFO("best k = " << best << ", settled on " << settled);
+    CHECK(expected_rate(pair, settled) >= 0.95 * expected_rate(pair, best));
+}
