@@ -89,7 +89,7 @@ struct ConfidenceStop {
 //         rarely grows with depth, so an unmeasured position is not promised more);
 //   A(t)  acceptance of a draft whose q has top probability t (10 bins);
 //   d     seconds per draft pass; V(n) seconds of a target pass over n tokens
-//         (the measured widths' averages fitted non-decreasing in n, unmeasured
+//         (the measured widths' recent medians fitted non-decreasing in n, unmeasured
 //         widths interpolated linearly); r per verified row of
 //         acceptance work; o the rest of a step.
 // plan(): k* = argmax_k E(k) / T(k) with E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j and
@@ -130,6 +130,7 @@ public:
         // with short ones (1, 2, ...), so that the cost model starts from
         // several pass widths rather than extrapolating from one.
         planned_ = std::min(cap, steps_ % 2 == 0 ? options_.warmup_length : 1 + steps_ / 2);
+        bool explore = false;
         if (steps_ >= options_.warmup_steps && cap > 0) {
             std::size_t best = 0;
             double best_rate = 0.0;
@@ -143,7 +144,7 @@ public:
             // Exploration alternates between the two neighbours of k*, so that
             // the widths on either side keep being timed (a width never timed
             // again keeps whatever a slow moment once made of it).
-            const bool explore = options_.explore_every > 0 && steps_ % options_.explore_every == 0;
+            explore = options_.explore_every > 0 && steps_ % options_.explore_every == 0;
             planned_ = best;
             if (explore) {
                 const bool up = (explorations_++ % 2 == 0 && best < cap) || best == 0;
@@ -153,7 +154,8 @@ public:
         }
         kept_probability_ = 1.0;
         top_probabilities_.clear();
-        stopping_ = options_.confidence_stop && steps_ >= options_.warmup_steps;
+        // An exploring step drafts its whole length: it is there to time that width.
+        stopping_ = options_.confidence_stop && steps_ >= options_.warmup_steps && !explore;
         return {planned_, DraftStop(*this)};
     }
 
@@ -174,25 +176,34 @@ public:
             bin_accepted_[bin] = bin_accepted_[bin] * options_.decay + (i < outcome.accepted ? 1.0 : 0.0);
         }
         // Costs.
-        if (outcome.draft_passes > 0) average(draft_pass_, outcome.draft_seconds / outcome.draft_passes);
+        if (outcome.draft_passes > 0)
+            draft_pass_.add(outcome.draft_seconds / static_cast<double>(outcome.draft_passes));
         if (outcome.verified_tokens > 0) {
-            if (verify_.size() < outcome.verified_tokens + 1) {
-                verify_.resize(outcome.verified_tokens + 1, -1.0);
-                verify_weight_.resize(outcome.verified_tokens + 1, 0.0);
+            const std::size_t n = outcome.verified_tokens;
+            if (verify_.size() < n + 1) {
+                verify_.resize(n + 1);
+                verify_weight_.resize(n + 1, 0.0);
             }
-            double& width = verify_[outcome.verified_tokens];
-            // A width's first timing enters as if the fitted curve had been
-            // its average, so that it is clipped like the later ones.
-            const bool fitted = std::any_of(verify_fit_.begin(), verify_fit_.end(), [](double v) { return v >= 0.0; });
-            if (width < 0.0 && fitted) width = verify_seconds(outcome.verified_tokens);
-            average(width, outcome.target_seconds);
+            // The machine's speed drifts (other work, frequency, memory
+            // traffic) within seconds, while a width off the usual length is
+            // timed only now and then: comparing a width timed a minute ago
+            // with one timed just now would compare two machines. So each
+            // timing first updates a speed factor (the median of the last
+            // passes' ratios to the fitted cost of their widths: one slow pass
+            // does not move it) and is stored divided by it.
+            const double expected = verify_shape(n);
+            if (expected > 0.0) {
+                speed_ratios_.add(outcome.target_seconds / expected);
+                speed_ = speed_ratios_.value();
+            }
+            verify_[n].add(outcome.target_seconds / speed_);
             for (double& weight : verify_weight_) weight *= options_.decay;
-            verify_weight_[outcome.verified_tokens] += 1.0;
+            verify_weight_[n] += 1.0;
             fit_verify_costs();
-            average(row_, outcome.acceptance_seconds / static_cast<double>(outcome.proposed + 1));
+            row_.add(outcome.acceptance_seconds / static_cast<double>(outcome.proposed + 1));
             const double rest =
                 outcome.total_seconds - outcome.draft_seconds - outcome.target_seconds - outcome.acceptance_seconds;
-            average(other_, std::max(0.0, rest));
+            other_.add(std::max(0.0, rest));
         }
     }
 
@@ -207,18 +218,32 @@ private:
     static std::size_t bin_of(float top) {
         return std::min(kBins - 1, static_cast<std::size_t>(std::max(0.0f, top) * static_cast<float>(kBins)));
     }
-    // Moving average of a timing. A sample more than 1.5x away from the
-    // average is clipped to 1.5x before it enters: a pass that was preempted
-    // (3x or 10x slower once) must not move the estimate for the next dozen
-    // steps, while a lasting change of the machine's speed still comes
-    // through, at up to 5% a sample.
-    static void average(double& into, double sample) {
-        if (into < 0.0) {
-            into = sample;
-            return;
+    // A timing's estimate: the median of its last nine samples. A pass that
+    // was preempted (3x or 10x slower once, or the first, cold one) does not
+    // move it; a lasting change of the machine's speed shows after five
+    // samples; and a width timed rarely is not stuck with an old outlier
+    // (as a moving average started from one would be for many samples).
+    class RecentTimings {
+    public:
+        void add(double seconds) {
+            values_[next_] = seconds;
+            next_ = (next_ + 1) % values_.size();
+            count_ = std::min(count_ + 1, values_.size());
         }
-        into = 0.9 * into + 0.1 * std::clamp(sample, into / 1.5, into * 1.5);
-    }
+        [[nodiscard]] bool empty() const { return count_ == 0; }
+        // The median (seconds); 0 before any sample.
+        [[nodiscard]] double value() const {
+            if (count_ == 0) return 0.0;
+            std::array<double, 9> sorted{};
+            std::copy_n(values_.begin(), count_, sorted.begin());
+            std::sort(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(count_));
+            return count_ % 2 == 1 ? sorted[count_ / 2] : 0.5 * (sorted[count_ / 2 - 1] + sorted[count_ / 2]);
+        }
+
+    private:
+        std::array<double, 9> values_{};
+        std::size_t count_ = 0, next_ = 0;
+    };
 
     void ensure_positions(std::size_t n) {
         if (tested_.size() < n) {
@@ -248,10 +273,18 @@ private:
         }
         return total;
     }
-    // V(n): the fitted cost of a measured width, else linear between the
-    // nearest measured widths (or along the last measured slope; a flat line
-    // from one point).
+    // V(n) = the machine's current speed factor times the width's fitted
+    // cost at the speed factor 1.
+    // (Before any width was timed: 1 s, i.e. speculation looks expensive
+    // and the warm-up's lengths are what gets measured first.)
     [[nodiscard]] double verify_seconds(std::size_t n) const {
+        const double shape = verify_shape(n);
+        return shape < 0.0 ? 1.0 : speed_ * shape;
+    }
+    // The fitted cost of a measured width (speed factor 1), else linear
+    // between the nearest measured widths (or along the last measured slope;
+    // a flat line from one point); -1 before any width was measured.
+    [[nodiscard]] double verify_shape(std::size_t n) const {
         const std::vector<double>& v = verify_fit_;
         if (n < v.size() && v[n] >= 0.0) return v[n];
         std::size_t below = 0, above = 0;
@@ -261,7 +294,7 @@ private:
             if (v[w] >= 0.0) { above = w; break; }
         if (below && above) return v[below] + (v[above] - v[below]) * double(n - below) / double(above - below);
         const std::size_t known = below ? below : above;
-        if (!known) return 1.0;
+        if (!known) return -1.0;
         std::size_t second = 0;  // another measured width for a slope
         for (std::size_t w = 1; w < v.size(); ++w)
             if (w != known && v[w] >= 0.0) second = w;
@@ -273,7 +306,7 @@ private:
     // machine say otherwise often enough: a width timed once in a slow moment
     // would look dearer than the next one for a long time, and the in-draft
     // stop, which reads differences V(n + 1) - V(n), would act on that noise.
-    // So the per-width averages are replaced by their non-decreasing
+    // So the per-width medians are replaced by their non-decreasing
     // least-squares fit (pool-adjacent-violators), each width weighted by
     // how many recent passes measured it.
     void fit_verify_costs() {
@@ -285,11 +318,11 @@ private:
         for (std::size_t w = 1; w < verify_.size(); ++w) {
             // A width not timed for a long while (decayed weight below
             // kStaleWeight: ~110 steps at the default decay) is left out and
-            // interpolated from fresher ones: an old average may be from
+            // interpolated from fresher ones: an old median may be from
             // another phase of the machine, and leaving it in could keep k*
             // from ever coming near that width again to re-time it.
-            if (verify_[w] < 0.0 || verify_weight_[w] < kStaleWeight) continue;
-            blocks.push_back({verify_[w], verify_weight_[w], w, w});
+            if (verify_[w].empty() || verify_weight_[w] < kStaleWeight) continue;
+            blocks.push_back({verify_[w].value(), verify_weight_[w], w, w});
             while (blocks.size() > 1 && blocks[blocks.size() - 2].value > blocks.back().value) {
                 const Block last = blocks.back();
                 blocks.pop_back();
@@ -302,11 +335,10 @@ private:
         verify_fit_.assign(verify_.size(), -1.0);
         for (const Block& block : blocks)
             for (std::size_t w = block.first; w <= block.last; ++w)
-                if (verify_[w] >= 0.0 && verify_weight_[w] >= kStaleWeight) verify_fit_[w] = block.value;
+                if (!verify_[w].empty() && verify_weight_[w] >= kStaleWeight) verify_fit_[w] = block.value;
     }
     [[nodiscard]] double step_seconds(std::size_t k) const {
-        const double d = draft_pass_ > 0.0 ? draft_pass_ : 0.0;
-        const double r = row_ > 0.0 ? row_ : 0.0, o = other_ > 0.0 ? other_ : 0.0;
+        const double d = draft_pass_.value(), r = row_.value(), o = other_.value();
         return static_cast<double>(k) * d + verify_seconds(k + 1) + static_cast<double>(k + 1) * r + o;
     }
 
@@ -326,7 +358,7 @@ private:
         // Judging spans rather than draft i alone also keeps the decision
         // from hanging on one difference V(i + 2) - V(i + 1) of two noisy
         // timings.
-        const double d = std::max(0.0, draft_pass_), r = std::max(0.0, row_);
+        const double d = draft_pass_.value(), r = row_.value();
         const double base = verify_seconds(i + 1);
         double survive = kept_probability_ * accept, gain = 0.0, best_rate = 0.0;
         for (std::size_t m = i + 1; m <= std::max(planned_, i + 1); ++m) {
@@ -358,10 +390,12 @@ private:
     std::vector<double> tested_, accepted_;
     std::array<double, kBins> bin_tested_{}, bin_accepted_{};
     std::vector<float> top_probabilities_;
-    double draft_pass_ = -1.0, row_ = -1.0, other_ = -1.0;
-    std::vector<double> verify_;         // per pass width: average seconds
+    RecentTimings draft_pass_, row_, other_;
+    std::vector<RecentTimings> verify_;  // per pass width
     std::vector<double> verify_weight_;  // per pass width: decayed count of passes
     std::vector<double> verify_fit_;     // verify_ made non-decreasing (fit_verify_costs)
+    double speed_ = 1.0;                 // the machine's speed factor (verify_ holds timings divided by it)
+    RecentTimings speed_ratios_;         // recent passes' timings / fitted cost of their width
 
 public:
     // The drafter's stop hook (see plan()).
