@@ -137,3 +137,32 @@ TEST_CASE("AutoLength's choice survives verification timings disturbed by a slow
     INFO("best k = " << best << ", settled on " << settled);
     CHECK(expected_rate(pair, settled) >= 0.95 * expected_rate(pair, best));
 }
+
+TEST_CASE("AutoLength keeps its choice when the machine's speed changes in phases", "[length-policy][auto]") {
+    // The machine alternates between full speed and 1.6x slower every 16
+    // steps, the exploring steps' period: the widths next to the choice are
+    // then timed always in the same phase (one always slow, one always fast),
+    // and a cost model that lets the recent timings of the usual width set
+    // the scale of the rarely timed ones can drift far (one such model ended
+    // at k = 0 or 1 here). Also one long slow phase in the middle of a run.
+    const SimulatedPair pair{.acceptance = 0.8, .draft_seconds = 1.3e-3, .verify_seconds = cpu_like_verify,
+                             .row_seconds = 0.05e-3};
+    const std::size_t cap = 8, best = best_length(pair, cap);
+    const std::function<double(std::size_t, std::size_t)> alternating = [](std::size_t step, std::size_t) {
+        return (step / 16) % 2 == 1 ? 1.6 : 1.0;
+    };
+    const std::function<double(std::size_t, std::size_t)> one_slow_phase = [](std::size_t step, std::size_t) {
+        return step >= 200 && step < 500 ? 1.6 : 1.0;
+    };
+    for (const auto& [name, phases] : {std::pair{"alternating", alternating}, std::pair{"one slow phase", one_slow_phase}}) {
+        specdec::AutoLength policy;
+        const std::vector<std::size_t> planned = simulate(policy, pair, cap, 700, 5, phases);
+        for (const std::size_t end : {500u, 700u}) {
+            const std::vector<std::size_t> window(planned.begin() + static_cast<std::ptrdiff_t>(end - 150),
+                                                  planned.begin() + static_cast<std::ptrdiff_t>(end));
+            const std::size_t settled = settled_length(window, 150);
+            INFO(name << ": best k = " << best << ", settled on " << settled << " in the 150 steps before step " << end);
+            CHECK(expected_rate(pair, settled) >= 0.97 * expected_rate(pair, best));
+        }
+    }
+}

@@ -184,19 +184,7 @@ public:
                 verify_.resize(n + 1);
                 verify_weight_.resize(n + 1, 0.0);
             }
-            // The machine's speed drifts (other work, frequency, memory
-            // traffic) within seconds, while a width off the usual length is
-            // timed only now and then: comparing a width timed a minute ago
-            // with one timed just now would compare two machines. So each
-            // timing first updates a speed factor (the median of the last
-            // passes' ratios to the fitted cost of their widths: one slow pass
-            // does not move it) and is stored divided by it.
-            const double expected = verify_shape(n);
-            if (expected > 0.0) {
-                speed_ratios_.add(outcome.target_seconds / expected);
-                speed_ = speed_ratios_.value();
-            }
-            verify_[n].add(outcome.target_seconds / speed_);
+            verify_[n].add(outcome.target_seconds);
             for (double& weight : verify_weight_) weight *= options_.decay;
             verify_weight_[n] += 1.0;
             fit_verify_costs();
@@ -273,18 +261,16 @@ private:
         }
         return total;
     }
-    // V(n) = the machine's current speed factor times the width's fitted
-    // cost at the speed factor 1.
-    // (Before any width was timed: 1 s, i.e. speculation looks expensive
-    // and the warm-up's lengths are what gets measured first.)
+    // V(n) (before any width was timed: 1 s, i.e. speculation looks
+    // expensive and the warm-up's lengths are what gets measured first).
     [[nodiscard]] double verify_seconds(std::size_t n) const {
-        const double shape = verify_shape(n);
-        return shape < 0.0 ? 1.0 : speed_ * shape;
+        const double fitted = verify_fit_seconds(n);
+        return fitted < 0.0 ? 1.0 : fitted;
     }
-    // The fitted cost of a measured width (speed factor 1), else linear
-    // between the nearest measured widths (or along the last measured slope;
-    // a flat line from one point); -1 before any width was measured.
-    [[nodiscard]] double verify_shape(std::size_t n) const {
+    // The fitted cost of a measured width, else linear between the nearest
+    // measured widths (or along the last measured slope; a flat line from one
+    // point); -1 before any width was measured.
+    [[nodiscard]] double verify_fit_seconds(std::size_t n) const {
         const std::vector<double>& v = verify_fit_;
         if (n < v.size() && v[n] >= 0.0) return v[n];
         std::size_t below = 0, above = 0;
@@ -394,8 +380,6 @@ private:
     std::vector<RecentTimings> verify_;  // per pass width
     std::vector<double> verify_weight_;  // per pass width: decayed count of passes
     std::vector<double> verify_fit_;     // verify_ made non-decreasing (fit_verify_costs)
-    double speed_ = 1.0;                 // the machine's speed factor (verify_ holds timings divided by it)
-    RecentTimings speed_ratios_;         // recent passes' timings / fitted cost of their width
 
 public:
     // The drafter's stop hook (see plan()).
