@@ -213,24 +213,28 @@ private:
     // (as a moving average started from one would be for many samples).
     class RecentTimings {
     public:
+        // The median is recomputed here, once per sample: plan() reads it for
+        // every candidate length of every step.
         void add(double seconds) {
             values_[next_] = seconds;
             next_ = (next_ + 1) % values_.size();
             count_ = std::min(count_ + 1, values_.size());
+            std::array<double, 9> sorted{};  // insertion sort: at most nine values
+            for (std::size_t i = 0; i < count_; ++i) {
+                std::size_t j = i;
+                for (; j > 0 && sorted[j - 1] > values_[i]; --j) sorted[j] = sorted[j - 1];
+                sorted[j] = values_[i];
+            }
+            median_ = count_ % 2 == 1 ? sorted[count_ / 2] : 0.5 * (sorted[count_ / 2 - 1] + sorted[count_ / 2]);
         }
         [[nodiscard]] bool empty() const { return count_ == 0; }
         // The median (seconds); 0 before any sample.
-        [[nodiscard]] double value() const {
-            if (count_ == 0) return 0.0;
-            std::array<double, 9> sorted{};
-            std::copy_n(values_.begin(), count_, sorted.begin());
-            std::sort(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(count_));
-            return count_ % 2 == 1 ? sorted[count_ / 2] : 0.5 * (sorted[count_ / 2 - 1] + sorted[count_ / 2]);
-        }
+        [[nodiscard]] double value() const { return median_; }
 
     private:
         std::array<double, 9> values_{};
         std::size_t count_ = 0, next_ = 0;
+        double median_ = 0.0;
     };
 
     void ensure_positions(std::size_t n) {
