@@ -2,6 +2,7 @@
 // first emitted token is distributed as the target's p_1. Pearson chi-square
 // at fixed seeds; a configuration passes when p-value >= 1e-3, and the
 // negative controls (deliberately wrong rules) must be rejected at p < 1e-6.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -198,4 +199,41 @@ TEST_CASE("acceptance rejects mismatched shapes and out-of-vocabulary drafts", "
     CHECK_THROWS_WITH(specdec::accept_rejection_sampling(bad_token, {p.data(), 3, 4}, CounterRng{1}, 0), Catch::Contains("draft token 9"));
     DraftProposal bad_vocab{.tokens = {1, 2}, .probabilities = std::vector<float>(10, 0.2f), .vocab = 5};
     CHECK_THROWS_WITH(specdec::accept_rejection_sampling(bad_vocab, {p.data(), 3, 4}, CounterRng{1}, 0), Catch::Contains("vocabulary 5"));
+}
+
+TEST_CASE("the residual draw over many blocks follows norm(max(w p - q, 0)) for full and point-mass drafts", "[exactness][acceptance]") {
+    // 300 tokens span five 64-token blocks (the last one partial), so the
+    // draw goes through the block sums and a scan of one block. Chi-square at
+    // 1e-3 against the exact residual, computed here in double; tokens of zero
+    // residual mass must never come out.
+    const std::size_t vocab = 300;
+    const std::vector<float> p = random_rows(1, vocab, 11, 1.5), q = random_rows(1, vocab, 12, 1.5);
+    DraftProposal full{.tokens = {7}, .probabilities = q, .vocab = vocab};
+    DraftProposal point{.tokens = {static_cast<Token>(std::max_element(p.begin(), p.end()) - p.begin())}};
+    for (const double w : {1.0, 0.6}) {
+        for (const DraftProposal* draft : {&full, &point}) {
+            std::vector<double> expected(vocab);
+            double mass = 0.0;
+            for (std::size_t x = 0; x < vocab; ++x) {
+                const double q_x = draft->q_of(0, static_cast<Token>(x));
+                expected[x] = std::max(w * p[x] - q_x, 0.0);
+                mass += expected[x];
+            }
+            for (double& e : expected) e /= mass;
+            std::vector<std::size_t> counts(vocab, 0);
+            for (std::uint64_t seed = 0; seed < 60000; ++seed) {
+                const double u = CounterRng{seed}.uniform(3, RandomPurpose::target_sample);
+                ++counts[static_cast<std::size_t>(specdec::detail::sample_residual(p, *draft, 0, u, w))];
+            }
+            std::size_t impossible = 0;
+            for (std::size_t x = 0; x < vocab; ++x) impossible += expected[x] == 0.0 ? counts[x] : 0;
+            const auto result = specdec::test::chi_square_test(counts, expected);
+            INFO("w " << w << (draft->point_mass() ? ", point mass" : ", full q") << ": p " << result.p_value);
+            CHECK(impossible == 0);
+            CHECK(result.p_value >= kExactSignificance);
+            // The same test catches a draw from p instead of the residual.
+            std::vector<double> plain(p.begin(), p.end());
+            CHECK(specdec::test::chi_square_test(counts, plain).p_value < kControlSignificance);
+        }
+    }
 }

@@ -153,6 +153,15 @@ TEST_CASE("the acceptance rule rejects non-finite or negative probabilities inst
     draft.probabilities = {0.0f, std::numeric_limits<float>::infinity(), 0.0f};
     CHECK_THROWS_WITH(specdec::accept_rejection_sampling(draft, rows, rng, 0),
                       Catch::Contains("draft distribution row 0 holds inf at token 1"));
+    // Block verification checks both sides the same way.
+    CHECK_THROWS_WITH(specdec::accept_block_verification(draft, rows, rng, 0),
+                      Catch::Contains("draft distribution row 0 holds inf at token 1"));
+    draft.probabilities = {0.0f, 1.0f, 0.0f};
+    CHECK_NOTHROW(specdec::accept_block_verification(draft, rows, rng, 0));
+    p[1] = std::nanf("");
+    CHECK_THROWS_WITH(specdec::accept_block_verification(draft, rows, rng, 0),
+                      Catch::Contains("target distribution row 0 holds nan at token 1"));
+    p[1] = 0.25f;
     CHECK_THROWS_WITH(specdec::sample_from_distribution(std::vector<float>{0.5f, std::nanf("")}, 0.5),
                       Catch::Contains("probability nan of token 1"));
     CHECK_THROWS_WITH(specdec::sample_from_distribution(std::vector<float>{0.5f, 0.5f}, 1.0), Catch::Contains("u = 1"));

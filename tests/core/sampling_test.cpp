@@ -202,3 +202,44 @@ TEST_CASE("the library's processed distribution equals the independent reference
         }
     }
 }
+
+TEST_CASE("the vectorised row passes agree with their scalar twins", "[sampling]") {
+    // Lengths around the 8-lane vectors and the 64-token blocks, values at
+    // every lane position; the scalar twins are what SPECDEC_DISABLE_SIMD runs.
+    namespace d = specdec::detail;
+    if (!d::sampling_avx2()) SUCCEED("no AVX2 on this CPU: only the scalar twins run");
+    for (const std::size_t n : {1, 7, 8, 9, 63, 64, 65, 200, 32000}) {
+        std::vector<float> p(n), q(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            p[i] = static_cast<float>(specdec::counter_uniform(n, i, specdec::RandomPurpose::draft_sample));
+            q[i] = static_cast<float>(specdec::counter_uniform(n, i, specdec::RandomPurpose::accept_test));
+        }
+        INFO("n = " << n);
+        for (const double w : {1.0, 0.37}) {
+            std::vector<double> sums_scalar((n + d::kSampleBlock - 1) / d::kSampleBlock), sums(sums_scalar.size());
+            const double total_scalar = d::residual_sums_scalar(p.data(), q.data(), n, w, sums_scalar.data());
+            const double total = d::residual_sums(p, q.data(), w, sums.data());
+            CHECK(std::abs(total - total_scalar) <= 1e-12 * std::max(1.0, total_scalar));
+            for (std::size_t b = 0; b < sums.size(); ++b) CHECK(std::abs(sums[b] - sums_scalar[b]) <= 1e-12);
+            CHECK(std::abs(d::residual_sums(p, nullptr, w) - d::residual_sums_scalar(p.data(), nullptr, n, w, nullptr)) <= 1e-9);
+        }
+        for (const std::size_t at : {std::size_t{0}, n / 2, n - 1}) {
+            std::vector<float> row = p;
+            const float value = 2.0f;
+            row[at] = value;
+            CHECK(d::first_equal(row, value) == at);
+            CHECK(d::first_equal_scalar(row.data(), n, value) == at);
+            CHECK(d::all_probabilities(row));
+            for (const float bad : {-1e-30f, std::nanf(""), std::numeric_limits<float>::infinity()}) {
+                row[at] = bad;
+                CHECK_FALSE(d::all_probabilities(row));
+                CHECK_FALSE(d::all_probabilities_scalar(row.data(), n));
+            }
+        }
+        CHECK(d::first_equal(p, 5.0f) == n);
+    }
+    // Greedy ties go to the lowest id wherever the tied maxima sit.
+    std::vector<float> logits(100, 0.0f);
+    logits[77] = logits[13] = logits[90] = 3.0f;
+    CHECK(specdec::greedy_token(logits) == 13);
+}

@@ -140,9 +140,7 @@ inline void check_rows(const DraftProposal& draft, std::size_t target_rows, std:
 
 // Every value a probability: finite and non-negative (NaN fails both tests).
 inline void check_probabilities(std::span<const float> values, const char* what, std::size_t row_length) {
-    bool valid = true;
-    for (const float v : values) valid &= v >= 0.0f && v <= std::numeric_limits<float>::max();
-    if (valid) return;
+    if (all_probabilities(values)) return;
     for (std::size_t i = 0; i < values.size(); ++i) {
         if (!(values[i] >= 0.0f && values[i] <= std::numeric_limits<float>::max())) {
             std::ostringstream message;
@@ -153,35 +151,64 @@ inline void check_probabilities(std::span<const float> values, const char* what,
     }
 }
 
+// The residual of draft i, max(w p(x) - q_i(x), 0) (q_i = delta(tokens[i])
+// for a point-mass draft), as block sums (`sums`, kSampleBlock elements each)
+// and one element at a time; returns the total mass. Both use the same
+// double arithmetic.
+struct Residual {
+    std::span<const float> p;
+    const float* q = nullptr;        // null: a point mass on `drafted`
+    std::size_t drafted = 0;
+    double w = 1.0;
+
+    Residual(std::span<const float> p_row, const DraftProposal& draft, std::size_t i, double weight)
+        : p(p_row),
+          q(draft.point_mass() ? nullptr : draft.q(i).data()),
+          drafted(static_cast<std::size_t>(draft.tokens[i])),
+          w(weight) {}
+
+    [[nodiscard]] double operator()(std::size_t x) const {
+        const double q_x = q ? static_cast<double>(q[x]) : (x == drafted ? 1.0 : 0.0);
+        const double value = w * static_cast<double>(p[x]) - q_x;
+        return value > 0.0 ? value : 0.0;
+    }
+
+    // Block sums into `sums` (may be empty: only the total is wanted).
+    double sums(std::span<double> sums) const {
+        double* out = sums.empty() ? nullptr : sums.data();
+        double total = residual_sums(p, q, w, out);
+        if (q == nullptr && drafted < p.size()) {
+            // residual_sums read q as 0: recount the drafted token's block.
+            const std::size_t block = drafted / kSampleBlock;
+            const std::size_t end = std::min(p.size(), (block + 1) * kSampleBlock);
+            double read_as_zero = 0.0, right = 0.0;
+            for (std::size_t x = block * kSampleBlock; x < end; ++x) {
+                const double plain = w * static_cast<double>(p[x]);
+                read_as_zero += plain > 0.0 ? plain : 0.0;
+                right += (*this)(x);
+            }
+            total += right - (out ? out[block] : read_as_zero);
+            if (out) out[block] = right;
+        }
+        return total;
+    }
+};
+
 // y ~ norm(max(w * p - q, 0)) with q = draft.q(i) (w = 1: the token-wise
 // residual; w <= 1: block verification's), drawn by inverse CDF without
-// normalising (so no division by a tiny mass). If rounding leaves no residual
-// mass at all (p == q up to float error, where a rejection has probability
-// ~1e-7), fall back to p.
+// normalising (so no division by a tiny mass): block sums in one vectorised
+// pass, then a scan of one block. If rounding leaves no residual mass at all
+// (p == q up to float error, where a rejection has probability ~1e-7), fall
+// back to p.
 inline Token sample_residual(std::span<const float> p, const DraftProposal& draft, std::size_t i, double u,
                              double w = 1.0) {
-    const std::size_t vocab = p.size();
-    const std::size_t drafted = static_cast<std::size_t>(draft.tokens[i]);
-    const float* q = draft.point_mass() ? nullptr : draft.q(i).data();
-    auto residual = [&](std::size_t x) {
-        const double q_x = q ? static_cast<double>(q[x]) : (x == drafted ? 1.0 : 0.0);
-        const double value = w * p[x] - q_x;
-        return value > 0.0 ? value : 0.0;
-    };
-    double mass = 0.0;
-    for (std::size_t x = 0; x < vocab; ++x) mass += residual(x);
+    const Residual residual(p, draft, i, w);
+    const std::span<double> sums = block_sum_scratch(p.size());
+    const double mass = residual.sums(sums);
     if (!(mass > 0.0)) return sample_from_distribution(p, u);
-    const double threshold = u * mass;
-    double cumulative = 0.0;
-    std::size_t last_positive = 0;
-    for (std::size_t x = 0; x < vocab; ++x) {
-        const double r = residual(x);
-        if (r <= 0.0) continue;
-        cumulative += r;
-        last_positive = x;
-        if (threshold < cumulative) return static_cast<Token>(x);
-    }
-    return static_cast<Token>(last_positive);
+    const std::size_t token = inverse_cdf_by_blocks(sums, p.size(), u * mass, residual);
+    if (token == p.size()) return sample_from_distribution(p, u);
+    return static_cast<Token>(token);
 }
 
 // Block verification's quantities for drafts 1..k (index i - 1):
@@ -203,23 +230,8 @@ inline void block_weights(const DraftProposal& draft, const DistributionRows& p,
         w[i] = weight;
     }
     for (std::size_t i = 0; i + 1 < k; ++i) {
-        const std::span<const float> next = p.row(i + 1);
-        const double wi = w[i];
-        double z = 0.0;
-        if (draft.point_mass()) {
-            // q = delta(x_{i+1}): every token but the drafted one contributes w p(x).
-            const std::size_t drafted = static_cast<std::size_t>(draft.tokens[i + 1]);
-            for (std::size_t x = 0; x < next.size(); ++x) {
-                const double value = wi * next[x] - (x == drafted ? 1.0 : 0.0);
-                z += value > 0.0 ? value : 0.0;
-            }
-        } else {
-            const float* q = draft.q(i + 1).data();
-            for (std::size_t x = 0; x < next.size(); ++x) {
-                const double value = wi * next[x] - static_cast<double>(q[x]);
-                z += value > 0.0 ? value : 0.0;
-            }
-        }
+        // Z_i is the mass of the residual max(w_i p_{i+1} - q_{i+1}, 0).
+        const double z = Residual(p.row(i + 1), draft, i + 1, w[i]).sums({});
         const double denominator = z + 1.0 - w[i];
         h[i] = denominator > 0.0 ? z / denominator : 1.0;
     }
@@ -278,6 +290,8 @@ inline void block_weights(const DraftProposal& draft, const DistributionRows& p,
 [[nodiscard]] inline AcceptanceResult accept_block_verification(const DraftProposal& draft, DistributionRows p,
                                                                 const CounterRng& rng, std::uint64_t first_position) {
     detail::check_rows(draft, p.rows, p.vocab);
+    if (p.data != nullptr) detail::check_probabilities({p.data, p.rows * p.vocab}, "target distribution", p.vocab);
+    detail::check_probabilities(draft.probabilities, "draft distribution", draft.vocab);
     const std::size_t k = draft.size();
     thread_local std::vector<double> w, h;
     detail::block_weights(draft, p, w, h);

@@ -88,9 +88,7 @@ inline SoftmaxNormaliser softmax_normaliser(std::span<const float> logits, doubl
 // Throws naming the first value of a row that is not a probability (NaN,
 // infinite or negative): the block sums would silently skip it.
 inline void check_sampling_row(std::span<const float> probabilities) {
-    bool valid = true;
-    for (const float p : probabilities) valid &= p >= 0.0f && p <= std::numeric_limits<float>::max();
-    if (valid) return;
+    if (all_probabilities(probabilities)) return;
     for (std::size_t i = 0; i < probabilities.size(); ++i) {
         const float p = probabilities[i];
         if (!(p >= 0.0f && p <= std::numeric_limits<float>::max())) {
@@ -102,6 +100,45 @@ inline void check_sampling_row(std::span<const float> probabilities) {
     }
 }
 
+// Inverse CDF over n non-negative weights whose kSampleBlock-element block
+// sums are given: the first index whose cumulative weight exceeds
+// `threshold`, scanning only the block that holds it. weight(i) is element
+// i's weight (only values > 0 count). Where rounding of the sums leaves the
+// threshold past a block's own scan, the block's last positive element is
+// taken, and past every block the row's last positive one; n if no weight is
+// positive.
+template <class Weight>
+std::size_t inverse_cdf_by_blocks(std::span<const double> sums, std::size_t n, double threshold, const Weight& weight) {
+    double cumulative = 0.0;
+    for (std::size_t b = 0; b < sums.size(); ++b) {
+        if (!(threshold < cumulative + sums[b])) {
+            cumulative += sums[b];
+            continue;
+        }
+        const std::size_t end = std::min(n, (b + 1) * kSampleBlock);
+        std::size_t last_positive = end;
+        for (std::size_t i = b * kSampleBlock; i < end; ++i) {
+            const double w = weight(i);
+            if (!(w > 0.0)) continue;
+            cumulative += w;
+            last_positive = i;
+            if (threshold < cumulative) return i;
+        }
+        if (last_positive != end) return last_positive;
+    }
+    for (std::size_t i = n; i-- > 0;)
+        if (weight(i) > 0.0) return i;
+    return n;
+}
+
+// Scratch for the block sums of one row (per thread: sampling runs on the
+// caller's thread, and rows are at most a vocabulary wide).
+inline std::span<double> block_sum_scratch(std::size_t n) {
+    thread_local std::vector<double> sums;
+    sums.resize((n + kSampleBlock - 1) / kSampleBlock);
+    return sums;
+}
+
 }  // namespace detail
 
 // Argmax with ties going to the lowest token id; NaN/+inf logits are an error
@@ -109,9 +146,7 @@ inline void check_sampling_row(std::span<const float> probabilities) {
 [[nodiscard]] inline Token greedy_token(std::span<const float> logits, std::string_view who = "model",
                                         std::optional<std::uint64_t> position = std::nullopt) {
     const float max_value = detail::checked_max_logit(logits, who, position);
-    for (std::size_t i = 0; i < logits.size(); ++i)
-        if (logits[i] == max_value) return static_cast<Token>(i);
-    return 0;  // unreachable: max_value is one of the logits
+    return static_cast<Token>(detail::first_equal(logits, max_value));  // max_value is one of the logits
 }
 
 // Writes the sampling distribution for `logits` into `probabilities` (same
@@ -192,32 +227,14 @@ inline void logits_to_distribution(std::span<const float> logits, const Sampling
     }
     // Block sums first (one vectorised pass), then a scan of one block: the
     // same inverse CDF as a scan of the whole row, up to rounding of the sums.
-    thread_local std::vector<double> block_sums;
     const std::size_t n = probabilities.size();
-    block_sums.resize((n + detail::kSampleBlock - 1) / detail::kSampleBlock);
-    const double total = detail::block_sums(probabilities, block_sums.data());
     detail::check_sampling_row(probabilities);
-    const double threshold = u * total;
-    double cumulative = 0.0;
-    for (std::size_t b = 0; b < block_sums.size(); ++b) {
-        if (!(threshold < cumulative + block_sums[b])) {
-            cumulative += block_sums[b];
-            continue;
-        }
-        const std::size_t end = std::min(n, (b + 1) * detail::kSampleBlock);
-        std::size_t last_positive = end;
-        for (std::size_t i = b * detail::kSampleBlock; i < end; ++i) {
-            if (probabilities[i] <= 0.0f) continue;
-            cumulative += probabilities[i];
-            last_positive = i;
-            if (threshold < cumulative) return static_cast<Token>(i);
-        }
-        // Rounding left the threshold just past this block's own scan.
-        if (last_positive != end) return static_cast<Token>(last_positive);
-    }
-    for (std::size_t i = n; i-- > 0;)
-        if (probabilities[i] > 0.0f) return static_cast<Token>(i);
-    throw Error("cannot sample from a distribution with no positive mass");
+    const std::span<double> sums = detail::block_sum_scratch(n);
+    const double total = detail::block_sums(probabilities, sums.data());
+    const std::size_t token = detail::inverse_cdf_by_blocks(
+        sums, n, u * total, [&](std::size_t i) { return static_cast<double>(probabilities[i]); });
+    if (token == n) throw Error("cannot sample from a distribution with no positive mass");
+    return static_cast<Token>(token);
 }
 
 }  // namespace specdec

@@ -1,7 +1,9 @@
 #pragma once
 // The per-row passes of sampling, each one sweep over a vocabulary-wide row:
-// the checked maximum, exp-and-sum (optionally writing the exponentials), a
-// scale, and the block sums that let inverse-CDF sampling skip most of a row.
+// the checked maximum, the first index of a value (the argmax), exp-and-sum
+// (optionally writing the exponentials), a scale, the check that a row holds
+// probabilities, and the block sums that let inverse-CDF sampling skip most
+// of a row, of the row itself or of a rejection residual max(w p - q, 0).
 // A k-draft step at temperature > 0 runs them on up to 2k + 1 rows, so they
 // are vectorised: AVX2 where the running CPU has it (chosen at run time, the
 // library is built without -march), a portable scalar twin otherwise.
@@ -173,6 +175,65 @@ SPECDEC_SAMPLING_AVX2 inline double block_sums_avx2(const float* x, std::size_t 
     }
     return total;
 }
+
+// Index of the first element equal to value (n if none).
+SPECDEC_SAMPLING_AVX2 inline std::size_t first_equal_avx2(const float* x, std::size_t n, float value) {
+    const __m256 v = _mm256_set1_ps(value);
+    std::size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), v, _CMP_EQ_OQ));
+        if (mask != 0) return i + static_cast<std::size_t>(__builtin_ctz(static_cast<unsigned>(mask)));
+    }
+    for (; i < n; ++i)
+        if (x[i] == value) return i;
+    return n;
+}
+
+// Whether every element is finite and non-negative (NaN fails both compares).
+SPECDEC_SAMPLING_AVX2 inline bool all_probabilities_avx2(const float* x, std::size_t n) {
+    const __m256 zero = _mm256_setzero_ps(), largest = _mm256_set1_ps(std::numeric_limits<float>::max());
+    __m256 ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    std::size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        ok = _mm256_and_ps(ok, _mm256_and_ps(_mm256_cmp_ps(v, zero, _CMP_GE_OQ), _mm256_cmp_ps(v, largest, _CMP_LE_OQ)));
+    }
+    bool valid = _mm256_movemask_ps(ok) == 0xff;
+    for (; i < n; ++i) valid &= x[i] >= 0.0f && x[i] <= std::numeric_limits<float>::max();
+    return valid;
+}
+
+// Block sums (as block_sums_avx2) of the residual max(w p - q, 0), in double;
+// q == nullptr reads as 0. `sums` may be null (only the total is wanted).
+SPECDEC_SAMPLING_AVX2 inline double residual_sums_avx2(const float* p, const float* q, std::size_t n, double w,
+                                                       double* sums) {
+    const __m256d weight = _mm256_set1_pd(w), zero = _mm256_setzero_pd();
+    double total = 0.0;
+    std::size_t b = 0;
+    for (std::size_t start = 0; start < n; start += kSampleBlock, ++b) {
+        const std::size_t end = start + kSampleBlock < n ? start + kSampleBlock : n;
+        __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+        std::size_t i = start;
+        for (; i + 8 <= end; i += 8) {
+            const __m256 pv = _mm256_loadu_ps(p + i);
+            const __m256 qv = q ? _mm256_loadu_ps(q + i) : _mm256_setzero_ps();
+            const __m256d r0 = _mm256_sub_pd(_mm256_mul_pd(weight, _mm256_cvtps_pd(_mm256_castps256_ps128(pv))),
+                                             _mm256_cvtps_pd(_mm256_castps256_ps128(qv)));
+            const __m256d r1 = _mm256_sub_pd(_mm256_mul_pd(weight, _mm256_cvtps_pd(_mm256_extractf128_ps(pv, 1))),
+                                             _mm256_cvtps_pd(_mm256_extractf128_ps(qv, 1)));
+            acc0 = _mm256_add_pd(acc0, _mm256_max_pd(r0, zero));
+            acc1 = _mm256_add_pd(acc1, _mm256_max_pd(r1, zero));
+        }
+        double sum = horizontal_sum4d(_mm256_add_pd(acc0, acc1));
+        for (; i < end; ++i) {
+            const double r = w * static_cast<double>(p[i]) - (q ? static_cast<double>(q[i]) : 0.0);
+            sum += r > 0.0 ? r : 0.0;
+        }
+        if (sums) sums[b] = sum;
+        total += sum;
+    }
+    return total;
+}
 #endif
 
 inline RowMax row_max_scalar(const float* x, std::size_t n) {
@@ -204,6 +265,34 @@ inline double block_sums_scalar(const float* x, std::size_t n, double* sums) {
         double sum = 0.0;
         for (std::size_t i = start; i < end; ++i) sum += x[i] > 0.0f ? x[i] : 0.0f;
         sums[b] = sum;
+        total += sum;
+    }
+    return total;
+}
+
+inline std::size_t first_equal_scalar(const float* x, std::size_t n, float value) {
+    for (std::size_t i = 0; i < n; ++i)
+        if (x[i] == value) return i;
+    return n;
+}
+
+inline bool all_probabilities_scalar(const float* x, std::size_t n) {
+    bool valid = true;
+    for (std::size_t i = 0; i < n; ++i) valid &= x[i] >= 0.0f && x[i] <= std::numeric_limits<float>::max();
+    return valid;
+}
+
+inline double residual_sums_scalar(const float* p, const float* q, std::size_t n, double w, double* sums) {
+    double total = 0.0;
+    std::size_t b = 0;
+    for (std::size_t start = 0; start < n; start += kSampleBlock, ++b) {
+        const std::size_t end = start + kSampleBlock < n ? start + kSampleBlock : n;
+        double sum = 0.0;
+        for (std::size_t i = start; i < end; ++i) {
+            const double r = w * static_cast<double>(p[i]) - (q ? static_cast<double>(q[i]) : 0.0);
+            sum += r > 0.0 ? r : 0.0;
+        }
+        if (sums) sums[b] = sum;
         total += sum;
     }
     return total;
@@ -250,6 +339,32 @@ inline double block_sums(std::span<const float> x, double* sums) {
     if (sampling_avx2()) return block_sums_avx2(x.data(), x.size(), sums);
 #endif
     return block_sums_scalar(x.data(), x.size(), sums);
+}
+
+// Index of the first element equal to `value`; x.size() if there is none.
+inline std::size_t first_equal(std::span<const float> x, float value) {
+#if SPECDEC_SAMPLING_X86
+    if (sampling_avx2()) return first_equal_avx2(x.data(), x.size(), value);
+#endif
+    return first_equal_scalar(x.data(), x.size(), value);
+}
+
+// Whether every element is a probability: finite and non-negative.
+inline bool all_probabilities(std::span<const float> x) {
+#if SPECDEC_SAMPLING_X86
+    if (sampling_avx2()) return all_probabilities_avx2(x.data(), x.size());
+#endif
+    return all_probabilities_scalar(x.data(), x.size());
+}
+
+// The residual max(w p - q, 0) of two rows of p.size() values (q null: 0),
+// summed in double: per kSampleBlock-element block into `sums` when given,
+// and in all (returned).
+inline double residual_sums(std::span<const float> p, const float* q, double w, double* sums = nullptr) {
+#if SPECDEC_SAMPLING_X86
+    if (sampling_avx2()) return residual_sums_avx2(p.data(), q, p.size(), w, sums);
+#endif
+    return residual_sums_scalar(p.data(), q, p.size(), w, sums);
 }
 
 }  // namespace specdec::detail
