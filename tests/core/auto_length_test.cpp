@@ -44,22 +44,27 @@ std::size_t best_length(const SimulatedPair& pair, std::size_t cap) {
 
 // Runs `steps` steps of the policy against the pair; `slow(step, n)` may
 // multiply a verification timing (a disturbed measurement). Returns the
-// planned length of every step.
+// number of drafts of every step.
 std::vector<std::size_t> simulate(specdec::AutoLength& policy, const SimulatedPair& pair, std::size_t cap,
                                   std::size_t steps, std::uint64_t seed,
                                   const std::function<double(std::size_t, std::size_t)>& slow = {}) {
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
-    std::vector<std::size_t> planned;
+    std::vector<std::size_t> lengths;
     for (std::size_t step = 0; step < steps; ++step) {
         const specdec::DraftPlan plan = policy.plan(cap, 100 + step);
-        planned.push_back(plan.max_tokens);
-        // The drafter: one pass per draft; the stop hook sees an uninformative q.
-        std::size_t proposed = 0;
-        while (proposed < plan.max_tokens &&
-               !(plan.stop && plan.stop(specdec::DraftCandidate{proposed, 0.5f})))
+        // The drafter, as ModelDrafter asks its stop: one pass forms each q
+        // (the first one is the catch-up pass), which the stop hook sees as
+        // uninformative; before each further pass it may end the draft.
+        std::size_t proposed = 0, passes = plan.max_tokens > 0 ? 1 : 0;
+        for (std::size_t i = 0; i < plan.max_tokens; ++i) {
+            if (plan.stop && plan.stop(specdec::DraftCandidate{i, 0.5f})) break;
             ++proposed;
-        const std::size_t passes = proposed < plan.max_tokens ? proposed + 1 : proposed;
+            if (i + 1 == plan.max_tokens) break;
+            if (plan.stop && plan.stop(specdec::DraftCandidate{i + 1, 1.0f, false})) break;
+            ++passes;
+        }
+        lengths.push_back(proposed);
         std::size_t accepted = 0;
         while (accepted < proposed && uniform(rng) < pair.acceptance) ++accepted;
         specdec::StepOutcome outcome;
@@ -73,10 +78,10 @@ std::vector<std::size_t> simulate(specdec::AutoLength& policy, const SimulatedPa
         outcome.total_seconds = outcome.draft_seconds + outcome.target_seconds + outcome.acceptance_seconds;
         policy.observe(outcome);
     }
-    return planned;
+    return lengths;
 }
 
-// The most frequent planned length over the last `window` steps.
+// The most frequent length over the last `window` steps.
 std::size_t settled_length(const std::vector<std::size_t>& planned, std::size_t window) {
     std::map<std::size_t, std::size_t> counts;
     for (std::size_t i = planned.size() - window; i < planned.size(); ++i) ++counts[planned[i]];

@@ -78,7 +78,7 @@ struct ConfidenceStop {
     void observe(const StepOutcome&) {}
 
     bool operator()(const DraftCandidate& candidate) const {
-        return candidate.index >= min_tokens && candidate.top_probability < min_top_probability;
+        return candidate.formed && candidate.index >= min_tokens && candidate.top_probability < min_top_probability;
     }
 };
 
@@ -87,23 +87,33 @@ struct ConfidenceStop {
 //   a_i   acceptance of draft i given drafts 0..i-1 were kept (decayed counts,
 //         shrunk towards a_{i-1} where a position has few samples: acceptance
 //         rarely grows with depth, so an unmeasured position is not promised more);
-//   A(t)  acceptance of a draft whose q has top probability t (10 bins);
+//   A(t)  acceptance of a draft whose q has top probability t, and P(t) how
+//         often q has it (10 bins);
 //   d     seconds per draft pass; V(n) seconds of a target pass over n tokens
 //         (the measured widths' recent medians fitted non-decreasing in n, unmeasured
 //         widths interpolated linearly); r per verified row of
 //         acceptance work; o the rest of a step.
 // plan(): k* = argmax_k E(k) / T(k) with E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j and
-// T(k) = k d + V(k + 1) + (k + 1) r + o, so k = 0 (no drafting) when speculation
-// does not pay. Inside the draft, draft i is kept only while the drafts it
-// leads to (i .. m - 1 for the best m up to the plan's length) bring their
-// expected tokens, P(drafts < i kept) A(t_i) (1 + a_{i+1} + ...), at a marginal
-// rate per marginal second (V(m + 1) - V(i + 1) + passes and rows) of at least
-// the step's planned rate E(k*) / T(k*): the threshold on t follows from the
-// costs instead of being a constant. Every explore_every-th
-// step drafts one more or one fewer than k* (in turn) so that deeper positions
-// and the neighbouring pass widths keep being measured. The lengths depend on
-// measured times, so two runs with the same seed may choose differently (each
-// run is still exact).
+// T(k) = k d + V(k + 1) + (k + 1) r + o, and R = E(k*) / T(k*), the rate of
+// the best fixed length. k* = 0: no drafting (speculation does not pay).
+// Otherwise the draft may run to the cap, and each draft is decided by its
+// marginal worth in tokens less R times its seconds (the rate-optimal stop
+// of a renewal process; Dinkelbach). With K the probability that every draft
+// kept so far is accepted (the product of their A(t)) and
+// c_i = V(i + 2) - V(i + 1) + r the cost of verifying draft i:
+//   before the draft pass that would form q_i: spend it iff draft i is worth
+//   the pass in expectation, sum_t P(t) max(0, K A(t) - R c_i) >= R d;
+//   once q_i is formed (the pass spent): keep draft i iff K A(t_i) >= R c_i.
+// K only falls and c_i only grows with i, so once stopping pays it pays
+// ever after and the one-step look-ahead is the optimal rule. With an
+// uninformative q this drafts k* (the marginal conditions of E(k) / T(k));
+// with an informative one it drafts on while the drafts are confident and
+// stops early where they are not, without wasting the pass of a draft it
+// would not keep. Every explore_every-th step drafts exactly k* + 1 or
+// k* - 1 (in turn, without the stop) so that unfiltered acceptance and the
+// pass widths around k* keep being measured. The lengths depend on measured
+// times, so two runs with the same seed may choose differently (each run is
+// still exact).
 class AutoLength {
 public:
     struct Options {
@@ -112,7 +122,8 @@ public:
         std::size_t explore_every = 16;   // one step in this many drafts k* + 1 or k* - 1 (in turn)
         double decay = 0.98;              // per-step weight of older acceptance samples
         double prior_strength = 4.0;      // pseudo-samples pulling a_i towards a_{i-1}
-        bool confidence_stop = true;      // stop inside a draft by the cost threshold
+        double bin_prior_strength = 1.0;  // pseudo-samples pulling A(t) towards a_i
+        bool confidence_stop = true;      // decide each draft by its marginal worth (else: k* drafts a step)
     };
 
     AutoLength() : AutoLength(Options{}) {}
@@ -131,6 +142,7 @@ public:
         // several pass widths rather than extrapolating from one.
         planned_ = std::min(cap, steps_ % 2 == 0 ? options_.warmup_length : 1 + steps_ / 2);
         bool explore = false;
+        stopping_ = false;
         if (steps_ >= options_.warmup_steps && cap > 0) {
             std::size_t best = 0;
             double best_rate = 0.0;
@@ -149,13 +161,14 @@ public:
             if (explore) {
                 const bool up = (explorations_++ % 2 == 0 && best < cap) || best == 0;
                 planned_ = up ? best + 1 : best - 1;
+            } else if (best > 0 && options_.confidence_stop) {
+                planned_ = cap;  // the stop decides each draft
+                stopping_ = true;
             }
             target_rate_ = best_rate;
         }
         kept_probability_ = 1.0;
         top_probabilities_.clear();
-        // An exploring step drafts its whole length: it is there to time that width.
-        stopping_ = options_.confidence_stop && steps_ >= options_.warmup_steps && !explore;
         return {planned_, DraftStop(*this)};
     }
 
@@ -170,6 +183,7 @@ public:
             tested_[i] += 1.0;
             if (i < outcome.accepted) accepted_[i] += 1.0;
         }
+        for (double& seen : bin_formed_) seen *= options_.decay;
         for (std::size_t i = 0; i < tested && i < top_probabilities_.size(); ++i) {
             const std::size_t bin = bin_of(top_probabilities_[i]);
             bin_tested_[bin] = bin_tested_[bin] * options_.decay + 1.0;
@@ -252,10 +266,9 @@ private:
         }
         return estimate;
     }
-    [[nodiscard]] double bin_acceptance(float top, std::size_t i) const {
-        const std::size_t bin = bin_of(top);
-        return (bin_accepted_[bin] + options_.prior_strength * position_acceptance(i)) /
-               (bin_tested_[bin] + options_.prior_strength);
+    [[nodiscard]] double bin_acceptance(std::size_t bin, std::size_t i) const {
+        return (bin_accepted_[bin] + options_.bin_prior_strength * position_acceptance(i)) /
+               (bin_tested_[bin] + options_.bin_prior_strength);
     }
     [[nodiscard]] double expected_tokens(std::size_t k) const {
         double total = 1.0, survive = 1.0;
@@ -332,33 +345,23 @@ private:
         return static_cast<double>(k) * d + verify_seconds(k + 1) + static_cast<double>(k + 1) * r + o;
     }
 
-    // Drafter-side: the cost threshold (keep draft i while its marginal rate
-    // beats the planned rate); records each q's top probability for learning.
+    // Drafter-side: each draft's marginal worth against the planned rate (see
+    // the class comment); records each formed q's top probability for learning.
     bool stop_before(const DraftCandidate& candidate) {
-        top_probabilities_.push_back(candidate.top_probability);
         const std::size_t i = candidate.index;
-        if (i == 0) {
-            kept_probability_ = bin_acceptance(candidate.top_probability, 0);
-            return false;  // at least one draft once a step was planned with k > 0
+        const double keep_cost =
+            target_rate_ * (verify_seconds(i + 2) - verify_seconds(i + 1) + row_.value());
+        if (!candidate.formed) {
+            double seen = 0.0, worth = 0.0;
+            for (std::size_t bin = 0; bin < kBins; ++bin) {
+                seen += bin_formed_[bin];
+                worth += bin_formed_[bin] * std::max(0.0, kept_probability_ * bin_acceptance(bin, i) - keep_cost);
+            }
+            return seen > 0.0 && worth < seen * target_rate_ * draft_pass_.value();
         }
-        const double accept = bin_acceptance(candidate.top_probability, i);
-        // Keeping draft i commits to drafting on towards the plan's end: it
-        // pays if some span of drafts i .. m - 1 (m <= planned) brings its
-        // expected tokens at a marginal rate of at least the planned rate.
-        // Judging spans rather than draft i alone also keeps the decision
-        // from hanging on one difference V(i + 2) - V(i + 1) of two noisy
-        // timings.
-        const double d = draft_pass_.value(), r = row_.value();
-        const double base = verify_seconds(i + 1);
-        double survive = kept_probability_ * accept, gain = 0.0, best_rate = 0.0;
-        for (std::size_t m = i + 1; m <= std::max(planned_, i + 1); ++m) {
-            gain += survive;  // draft m - 1 kept
-            const double passes = static_cast<double>(m - i) - (m >= planned_ ? 1.0 : 0.0);
-            const double cost = std::max(1e-12, verify_seconds(m + 1) - base + static_cast<double>(m - i) * r + passes * d);
-            best_rate = std::max(best_rate, gain / cost);
-            survive *= position_acceptance(m);
-        }
-        if (best_rate < target_rate_) {
+        record(candidate);
+        const double accept = bin_acceptance(bin_of(candidate.top_probability), i);
+        if (kept_probability_ * accept < keep_cost) {
             top_probabilities_.pop_back();
             return true;
         }
@@ -366,7 +369,10 @@ private:
         return false;
     }
     bool record(const DraftCandidate& candidate) {
-        top_probabilities_.push_back(candidate.top_probability);
+        if (candidate.formed) {
+            top_probabilities_.push_back(candidate.top_probability);
+            bin_formed_[bin_of(candidate.top_probability)] += 1.0;
+        }
         return false;
     }
 
@@ -378,7 +384,7 @@ private:
     double target_rate_ = 0.0;
     double kept_probability_ = 1.0;
     std::vector<double> tested_, accepted_;
-    std::array<double, kBins> bin_tested_{}, bin_accepted_{};
+    std::array<double, kBins> bin_tested_{}, bin_accepted_{}, bin_formed_{};
     std::vector<float> top_probabilities_;
     RecentTimings draft_pass_, row_, other_;
     std::vector<RecentTimings> verify_;  // per pass width

@@ -17,18 +17,21 @@
 
 namespace specdec {
 
-// What a stop rule may read before draft i is sampled: its index and the
-// drafter's own distribution q_i, summarised by its largest probability (at
-// temperature 0, where q is not formed, the largest probability of the draft's
-// softmax at temperature 1). Nothing of the verifier: a stop that depends only
-// on earlier drafts and on q keeps verification exact.
+// What a stop rule may read before draft i: its index and the drafter's own
+// distribution q_i, summarised by its largest probability (at temperature 0,
+// where q is not formed, the largest probability of the draft's softmax at
+// temperature 1). A drafter that spends a forward pass to form q_i asks twice:
+// before that pass (formed = false, top_probability unknown: a stop there
+// saves the pass) and after it, before sampling. Nothing of the verifier: a
+// stop that depends only on earlier drafts and on q keeps verification exact.
 struct DraftCandidate {
     std::size_t index = 0;          // drafts 0 .. index - 1 are already kept
-    float top_probability = 1.0f;   // max_x q_index(x)
+    float top_probability = 1.0f;   // max_x q_index(x); 1 while not formed
+    bool formed = true;             // false: asked before the pass that forms q_index
 };
 
 // An optional stop rule (a non-owning reference to a callable): asked before
-// each draft is sampled; true ends the proposal with `index` drafts.
+// each draft (see DraftCandidate); true ends the proposal with `index` drafts.
 class DraftStop {
 public:
     DraftStop() = default;

@@ -38,7 +38,9 @@ public:
 
         const bool keep_q = !request.sampling.greedy();
         proposal.tokens.reserve(k);
-        if (keep_q) proposal.probabilities.resize(k * vocab);
+        // Rows are added as q_i is formed: a step that stops early (or drafts
+        // 8 at most, as `auto` may) never zero-fills rows it does not use.
+        if (keep_q) proposal.probabilities.reserve(k * vocab);
 
         // Catch up on whatever the last verification committed (the last accepted
         // draft, the corrected or bonus token) in one batched pass.
@@ -49,6 +51,7 @@ public:
             check_vocab(logits);
             Token token;
             if (keep_q) {
+                proposal.probabilities.resize((i + 1) * vocab);
                 std::span<float> q{proposal.probabilities.data() + i * vocab, vocab};
                 logits_to_distribution(logits.last_row(), request.sampling, q, "draft model", step_key + i);
                 if (request.stop && request.stop(DraftCandidate{i, detail::row_max(q).max})) break;
@@ -63,6 +66,9 @@ public:
             }
             proposal.tokens.push_back(token);
             if (i + 1 < k) {
+                // The pass that forms q_{i+1} costs as much as any draft: a
+                // stop may end the draft before spending it.
+                if (request.stop && request.stop(DraftCandidate{i + 1, 1.0f, false})) break;
                 logits = cache_.forward(std::span<const Token>(&proposal.tokens.back(), 1));
                 ++proposal.forward_passes;
             }
