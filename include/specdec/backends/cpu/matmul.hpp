@@ -150,9 +150,10 @@ void matmul_rows_avx2_any(const WeightMatrix& w, std::size_t row_begin, std::siz
         // chain of FMAs whatever the tile, so results do not depend on the choice.
         for (; r + 4 <= row_end; r += 4) matmul_tile_avx2<T, 4, 2>(w, r, x, x_stride, y, y_stride, accumulate);
     } else if (columns == 3) {
-        // Three rows: two-row tiles left a 3-column pass slower than a
-        // 4-column one (fewer weight streams in flight per column load).
-        for (; r + 3 <= row_end; r += 3) matmul_tile_avx2<T, 3, 3>(w, r, x, x_stride, y, y_stride, accumulate);
+        // Four rows: with two- or three-row tiles a 3-column pass of the 100m
+        // model cost more than a 4-column one (fewer weight streams in flight
+        // per column load); 4 x 3 is 7-10% faster than 3 x 3 there, interleaved.
+        for (; r + 4 <= row_end; r += 4) matmul_tile_avx2<T, 4, 3>(w, r, x, x_stride, y, y_stride, accumulate);
     } else if (columns == 4) {
         for (; r + 3 <= row_end; r += 3) matmul_tile_avx2<T, 3, 4>(w, r, x, x_stride, y, y_stride, accumulate);
     } else if (columns == 6) {
