@@ -18,6 +18,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <sstream>
 #include <vector>
 
@@ -97,19 +98,23 @@ struct ConfidenceStop {
 // T(k) = k d + V(k + 1) + (k + 1) r + o, and R = E(k*) / T(k*), the rate of
 // the best fixed length. k* = 0: no drafting (speculation does not pay).
 // Otherwise the draft may run to the cap, and each draft is decided by its
-// marginal worth in tokens less R times its seconds (the rate-optimal stop
-// of a renewal process; Dinkelbach). With K the probability that every draft
-// kept so far is accepted (the product of their A(t)) and
-// c_i = V(i + 2) - V(i + 1) + r the cost of verifying draft i:
-//   before the draft pass that would form q_i: spend it iff draft i is worth
-//   the pass in expectation, sum_t P(t) max(0, K A(t) - R c_i) >= R d;
-//   once q_i is formed (the pass spent): keep draft i iff K A(t_i) >= R c_i.
-// K only falls and c_i only grows with i, so once stopping pays it pays
-// ever after and the one-step look-ahead is the optimal rule. With an
-// uninformative q this drafts k* (the marginal conditions of E(k) / T(k));
-// with an informative one it drafts on while the drafts are confident and
-// stops early where they are not, without wasting the pass of a draft it
-// would not keep. Every explore_every-th step drafts exactly k* + 1 or
+// worth in tokens less R times seconds (the rate-optimal stop of a renewal
+// process; Dinkelbach). With K the probability that every draft kept so far
+// is accepted (the product of their A(t)), keeping draft i and drafting on
+// to m drafts is worth W_i(m) = K A(t_i) (1 + a' + a'^2 ...) - R (V(m + 1) -
+// V(i + 1) + (m - i) r + (m - i - 1) d), the later drafts valued at a', the
+// acceptance of a q not yet formed (A(t) averaged over P(t)):
+//   before the draft pass that would form q_i: spend it iff the draft it
+//   forms is worth the pass in expectation, sum_t P(t) max(0, max_m W_i(m))
+//   >= R d;
+//   once q_i is formed (the pass spent): keep draft i iff max_m W_i(m) >= 0.
+// Where K only falls and V grows evenly this is the one-step rule, optimal
+// for such a monotone stopping problem; spans to m keep it from stopping
+// where one more draft does not pay but two do (V(n) is lumpy on a CPU:
+// tile shapes change with the width). With an uninformative q this drafts
+// k* (the marginal conditions of E(k) / T(k)); with an informative one it
+// drafts on while the drafts are confident and stops early where they are
+// not, without wasting the pass of a draft it would not keep. Every explore_every-th step drafts exactly k* + 1 or
 // k* - 1 (in turn, without the stop) so that unfiltered acceptance and the
 // pass widths around k* keep being measured. The lengths depend on measured
 // times, so two runs with the same seed may choose differently (each run is
@@ -169,6 +174,18 @@ public:
         }
         kept_probability_ = 1.0;
         top_probabilities_.clear();
+        if (stopping_) {
+            // Acceptance of a draft whose q is not formed yet: A(t) averaged
+            // over how often q has had each top probability.
+            unformed_acceptance_.assign(planned_ + 1, 0.0);
+            double seen = 0.0;
+            for (const double count : bin_formed_) seen += count;
+            for (std::size_t i = 0; i <= planned_; ++i) {
+                double sum = 0.0;
+                for (std::size_t bin = 0; bin < kBins; ++bin) sum += bin_formed_[bin] * bin_acceptance(bin, i);
+                unformed_acceptance_[i] = seen > 0.0 ? sum / seen : position_acceptance(i);
+            }
+        }
         return {planned_, DraftStop(*this)};
     }
 
@@ -345,28 +362,45 @@ private:
         return static_cast<double>(k) * d + verify_seconds(k + 1) + static_cast<double>(k + 1) * r + o;
     }
 
-    // Drafter-side: each draft's marginal worth against the planned rate (see
-    // the class comment); records each formed q's top probability for learning.
+    // Drafter-side: each draft's worth against the planned rate (see the
+    // class comment); records each formed q's top probability for learning.
     bool stop_before(const DraftCandidate& candidate) {
         const std::size_t i = candidate.index;
-        const double keep_cost =
-            target_rate_ * (verify_seconds(i + 2) - verify_seconds(i + 1) + row_.value());
         if (!candidate.formed) {
             double seen = 0.0, worth = 0.0;
             for (std::size_t bin = 0; bin < kBins; ++bin) {
                 seen += bin_formed_[bin];
-                worth += bin_formed_[bin] * std::max(0.0, kept_probability_ * bin_acceptance(bin, i) - keep_cost);
+                worth += bin_formed_[bin] * std::max(0.0, span_worth(i, kept_probability_ * bin_acceptance(bin, i)));
             }
             return seen > 0.0 && worth < seen * target_rate_ * draft_pass_.value();
         }
         record(candidate);
         const double accept = bin_acceptance(bin_of(candidate.top_probability), i);
-        if (kept_probability_ * accept < keep_cost) {
+        if (span_worth(i, kept_probability_ * accept) < 0.0) {
             top_probabilities_.pop_back();
             return true;
         }
         kept_probability_ *= accept;
         return false;
+    }
+    // The worth (expected tokens less R times seconds) of keeping draft i,
+    // accepted with probability `reach` (with every draft before it), and
+    // drafting on to m drafts, for the best m up to the plan: the drafts
+    // after i are valued at the acceptance of a q not yet formed, and cost
+    // their passes and the wider verification. Spans rather than draft i
+    // alone, because V(n) need not grow evenly: where V(3) - V(2) is large
+    // and V(4) - V(3) small, one more draft does not pay but two do.
+    [[nodiscard]] double span_worth(std::size_t i, double reach) const {
+        const double d = draft_pass_.value(), r = row_.value(), base = verify_seconds(i + 1);
+        double tokens = 0.0, survive = reach, best = -std::numeric_limits<double>::infinity();
+        for (std::size_t m = i + 1; m <= std::max(planned_, i + 1); ++m) {
+            tokens += survive;  // draft m - 1 kept
+            const double seconds =
+                verify_seconds(m + 1) - base + static_cast<double>(m - i) * r + static_cast<double>(m - i - 1) * d;
+            best = std::max(best, tokens - target_rate_ * seconds);
+            survive *= m < unformed_acceptance_.size() ? unformed_acceptance_[m] : 0.0;
+        }
+        return best;
     }
     bool record(const DraftCandidate& candidate) {
         if (candidate.formed) {
@@ -386,6 +420,7 @@ private:
     std::vector<double> tested_, accepted_;
     std::array<double, kBins> bin_tested_{}, bin_accepted_{}, bin_formed_{};
     std::vector<float> top_probabilities_;
+    std::vector<double> unformed_acceptance_;  // per draft position, for this step's stop
     RecentTimings draft_pass_, row_, other_;
     std::vector<RecentTimings> verify_;  // per pass width
     std::vector<double> verify_weight_;  // per pass width: decayed count of passes
