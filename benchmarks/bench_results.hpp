@@ -248,6 +248,7 @@ struct BenchReport {
     ModelInfo draft;
     std::size_t prompt_tokens = 0;
     std::optional<std::string> prompt_text;  // none for a seeded token prompt
+    bool prompt_per_repetition = false;      // each repetition its own seeded prompt
     std::size_t new_tokens = 0;
     std::size_t repetitions = 0;
     std::uint64_t seed = 0;

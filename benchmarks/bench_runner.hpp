@@ -35,7 +35,20 @@ struct RunSettings {
     std::size_t repetitions = 2;
     std::uint64_t seed = 42;
     std::size_t warmup_tokens = 8;  // one untimed short generation per method first; 0 = none
+    // The prompt of repetition r is repetition_prompts[r % size()]; empty:
+    // every repetition generates from the benchmark's prompt. (Seeded token
+    // prompts give each repetition its own: at T = 0 one prompt would make
+    // every repetition the same sequence, and rows compared on one sequence
+    // compare how their steps happen to line up with it.)
+    std::vector<std::vector<Token>> repetition_prompts{};
 };
+
+// The prompt repetition r generates from.
+[[nodiscard]] inline std::span<const Token> repetition_prompt(const RunSettings& settings, std::span<const Token> prompt,
+                                                              std::size_t repetition) {
+    if (settings.repetition_prompts.empty()) return prompt;
+    return settings.repetition_prompts[repetition % settings.repetition_prompts.size()];
+}
 
 struct ProgressStep {
     std::size_t step = 0;  // 1-based: one speculative generation of one row
@@ -189,9 +202,10 @@ template <class Draft, CausalLM Target>
             const DecodingOptions baseline_options{.sampling = SamplingOptions{.temperature = temperature},
                                                    .seed = settings.seed + repetition,
                                                    .max_new_tokens = settings.new_tokens};
+            const std::span<const Token> round_prompt = repetition_prompt(settings, prompt, repetition);
             AutoregressiveDecoder<Target> autoregressive(target, baseline_options);
             autoregressive.reset();
-            const GenerationResult baseline = autoregressive.generate(prompt);
+            const GenerationResult baseline = autoregressive.generate(round_prompt);
             for (const std::size_t i : rows) {
                 ConfigurationResult& result = results[i];
                 if (progress)
@@ -200,7 +214,7 @@ template <class Draft, CausalLM Target>
                                           settings.repetitions});
                 DecodingOptions options = baseline_options;
                 options.draft_tokens = configurations[i].draft_tokens;
-                const GenerationResult fast = generators[i](options, prompt);
+                const GenerationResult fast = generators[i](options, round_prompt);
                 result.autoregressive += baseline.stats;
                 result.speculative += fast.stats;
                 if (baseline.stats.decode_tokens_per_second() > 0.0)
@@ -248,6 +262,7 @@ template <class Draft, CausalLM Target>
     report.draft = inputs.draft;
     report.prompt_tokens = inputs.prompt.size();
     report.prompt_text = inputs.prompt_text;
+    report.prompt_per_repetition = !inputs.settings.repetition_prompts.empty();
     report.new_tokens = inputs.settings.new_tokens;
     report.repetitions = inputs.settings.repetitions;
     report.seed = inputs.settings.seed;
@@ -273,7 +288,7 @@ template <class Draft, CausalLM Target>
         report.trees = run_tree_configurations(draft, target, inputs.prompt, inputs.settings.trees,
                                                inputs.settings.tree_max_nodes, inputs.settings.temperatures,
                                                inputs.settings.new_tokens, inputs.settings.repetitions,
-                                               inputs.settings.seed, report.costs);
+                                               inputs.settings.seed, report.costs, inputs.settings.repetition_prompts);
     } else if (!inputs.settings.trees.empty()) {
         report.trees_skipped = "the target or the draft has no tree pass (specdec::TreeLM)";
     }

@@ -50,6 +50,7 @@ struct ModelSetup {
     ModelInfo draft_info;
     std::vector<Token> prompt;
     std::optional<std::string> prompt_text;  // none for a seeded token prompt
+    std::vector<std::vector<Token>> repetition_prompts;  // seeded prompts: one per repetition (the first is `prompt`)
     std::size_t threads = 0;
     std::string device;  // the accelerator's description, empty on the CPU
 };
@@ -64,6 +65,15 @@ struct ModelSetup {
         prompt[i] = static_cast<Token>(std::min(id, vocab - 1));
     }
     return prompt;
+}
+
+// The synthetic models' prompts: repetition r generates from the prompt of
+// seed + r, the seed its sampling uses too.
+inline void set_seeded_prompts(const BenchOptions& options, std::size_t vocab, ModelSetup& setup) {
+    setup.repetition_prompts.clear();
+    for (std::size_t r = 0; r < options.repetitions; ++r)
+        setup.repetition_prompts.push_back(seeded_token_prompt(options.seed + r, vocab, kSyntheticPromptTokens));
+    setup.prompt = setup.repetition_prompts.front();
 }
 
 [[nodiscard]] inline ModelInfo describe_llama(const LlamaModel& model, bool synthetic) {
@@ -163,7 +173,7 @@ inline void set_up_cpu_synthetic(const BenchOptions& options, ModelSetup& setup,
     synthetic.max_context = std::min(shape.config.context_length, context_needed(options, kSyntheticPromptTokens));
     auto target = std::make_unique<LlamaModel>(make_synthetic_target(synthetic));
     setup.target_info = describe_llama(*target, true);
-    setup.prompt = seeded_token_prompt(options.seed, target->vocab_size(), kSyntheticPromptTokens);
+    set_seeded_prompts(options, target->vocab_size(), setup);
     if (options.uses_prompt_lookup()) {
         setup.draft = std::make_unique<PromptLookupDrafter>();
         setup.draft_info = describe_prompt_lookup();
@@ -200,7 +210,7 @@ inline void set_up_cuda_synthetic(const BenchOptions& options, ModelSetup& setup
     synthetic.model.max_context = context_needed(options, kSyntheticPromptTokens);
     auto target = std::make_unique<cuda::CudaLlamaModel>(cuda::make_cuda_synthetic_target(synthetic));
     setup.target_info = describe_cuda(*target, true);
-    setup.prompt = seeded_token_prompt(options.seed, target->vocab_size(), kSyntheticPromptTokens);
+    set_seeded_prompts(options, target->vocab_size(), setup);
     if (options.uses_prompt_lookup()) {
         setup.draft = std::make_unique<PromptLookupDrafter>();
         setup.draft_info = describe_prompt_lookup();

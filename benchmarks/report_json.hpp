@@ -169,6 +169,7 @@ inline constexpr int kReportFormatVersion = 1;
             {"settings",
              {{"prompt_tokens", report.prompt_tokens},
               {"prompt", report.prompt_text ? nlohmann::ordered_json(*report.prompt_text) : nlohmann::ordered_json(nullptr)},
+              {"prompt_per_repetition", report.prompt_per_repetition},
               {"new_tokens", report.new_tokens},
               {"repetitions", report.repetitions},
               {"seed", report.seed}}},

@@ -56,8 +56,10 @@ inline void print_header(std::ostream& out, const BenchReport& report) {
     if (report.target.synthetic || report.draft.synthetic)
         out << "note:    synthetic models have random weights: their acceptance depends on how the draft was derived, "
                "not on language; use --target/--draft for real models\n";
-    out << "prompt:  " << report.prompt_tokens << " tokens"
-        << (report.prompt_text ? " \"" + *report.prompt_text + "\"" : " (seeded random ids)") << ", "
+    out << "prompt:  " << report.prompt_tokens << " tokens ";
+    if (report.prompt_text) out << '"' << *report.prompt_text << '"';
+    else out << (report.prompt_per_repetition ? "(seeded random ids, one prompt per repetition)" : "(seeded random ids)");
+    out << ", "
         << report.new_tokens << " new tokens, " << report.repetitions << " repetitions (rounds over every row), seed "
         << report.seed << "\n";
     out << detail::format("costs:   target forward %.2f ms/token, draft %.3f ms/token, c = %.3f", report.costs.target_step_seconds * 1e3,
@@ -162,11 +164,23 @@ inline void print_table(std::ostream& out, const BenchReport& report) {
             if (!r.auto_length && r.rule == a.rule && r.temperature == a.temperature &&
                 (best_fixed == nullptr || r.speedup() > best_fixed->speedup()))
                 best_fixed = &r;
-        if (best_fixed != nullptr)
-            out << detail::format("auto at T=%g (%s): %.2fx, %.0f%% of the best fixed k (k=%zu, %.2fx)", a.temperature,
-                                  std::string(to_string(a.rule)).c_str(), a.speedup(),
-                                  100.0 * a.speedup() / best_fixed->speedup(), best_fixed->draft_tokens, best_fixed->speedup())
-                << "\n";
+        if (best_fixed == nullptr) continue;
+        out << detail::format("auto at T=%g (%s): %.2fx, %.0f%% of the best fixed k (k=%zu, %.2fx)", a.temperature,
+                              std::string(to_string(a.rule)).c_str(), a.speedup(),
+                              100.0 * a.speedup() / best_fixed->speedup(), best_fixed->draft_tokens, best_fixed->speedup());
+        // Paired by repetition (same round, prompt and seed, same baseline):
+        // how far single repetitions scatter around that ratio.
+        const std::size_t paired = std::min(a.speedup_per_repetition.size(), best_fixed->speedup_per_repetition.size());
+        if (paired > 1) {
+            double low = 1e300, high = 0.0;
+            for (std::size_t i = 0; i < paired; ++i) {
+                const double ratio = a.speedup_per_repetition[i] / best_fixed->speedup_per_repetition[i];
+                low = std::min(low, ratio);
+                high = std::max(high, ratio);
+            }
+            out << detail::format("; single repetitions %.0f-%.0f%%", 100.0 * low, 100.0 * high);
+        }
+        out << "\n";
     }
     bool any_greedy = false;
     for (const ConfigurationResult& r : report.configurations) any_greedy = any_greedy || r.greedy_match.has_value();

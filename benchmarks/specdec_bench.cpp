@@ -141,7 +141,8 @@ int run(const BenchOptions& options) {
                                   .tree_max_nodes = options.tree_max_nodes,
                                   .new_tokens = options.new_tokens,
                                   .repetitions = options.repetitions,
-                                  .seed = options.seed};
+                                  .seed = options.seed,
+                                  .repetition_prompts = setup.repetition_prompts};
     return std::visit(
         [&](auto& draft) { return std::visit([&](auto& target) { return benchmark_and_report(*draft, *target, inputs, options); }, setup.target); },
         setup.draft);

@@ -55,7 +55,8 @@ template <class Draft, CausalLM Target>
                                                               std::size_t tree_max_nodes,
                                                               const std::vector<double>& temperatures,
                                                               std::size_t new_tokens, std::size_t repetitions,
-                                                              std::uint64_t seed, const CostMeasurement& costs) {
+                                                              std::uint64_t seed, const CostMeasurement& costs,
+                                                              std::span<const std::vector<Token>> repetition_prompts = {}) {
     std::vector<TreeResult> results;
     if constexpr (kTreeCapable<Draft, Target>) {
         for (const double temperature : temperatures) {
@@ -76,11 +77,13 @@ template <class Draft, CausalLM Target>
                         AutoregressiveDecoder<Target> autoregressive(target, options);
                         TreeSpeculativeDecoder<Target, Draft, SharedTreePolicy<Policy>> speculative(
                             specdec::target(target), specdec::draft(draft), options, SharedTreePolicy<Policy>{&policy});
+                        const std::span<const Token> round_prompt =
+                            repetition_prompts.empty() ? prompt : std::span<const Token>(repetition_prompts[repetition % repetition_prompts.size()]);
                         autoregressive.reset();
-                        const GenerationResult baseline = autoregressive.generate(prompt);
+                        const GenerationResult baseline = autoregressive.generate(round_prompt);
                         result.autoregressive += baseline.stats;
                         speculative.reset();
-                        const GenerationResult fast = speculative.generate(prompt);
+                        const GenerationResult fast = speculative.generate(round_prompt);
                         result.speculative += fast.stats;
                         if (baseline.stats.tokens_per_second() > 0.0)
                             result.speedup_per_repetition.push_back(fast.stats.tokens_per_second() /

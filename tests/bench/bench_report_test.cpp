@@ -263,3 +263,26 @@ TEST_CASE("block verification gets no k = 1 row beside token-wise rejection, whi
     settings.rules = {RuleChoice::block};
     CHECK(configurations_of(settings).size() == 2);  // block alone keeps k = 1 (and runs at T > 0 only)
 }
+
+TEST_CASE("each repetition generates from its own prompt when the run has one per repetition", "[bench][report]") {
+    // Prompts of 5 and 9 tokens: every row's summed prompt counts tell which
+    // prompt each of its repetitions used, and at T = 0 each greedy run must
+    // still equal the autoregressive run of its own round.
+    TinyPair pair;
+    RunSettings settings{.draft_tokens = {2}, .temperatures = {0.0, 1.0}, .new_tokens = 6, .repetitions = 3, .seed = 9};
+    settings.repetition_prompts = {seeded_token_prompt(9, pair.target.vocab_size(), 5),
+                                   seeded_token_prompt(10, pair.target.vocab_size(), 9)};
+    const std::vector<Token> unused = seeded_token_prompt(1, pair.target.vocab_size(), 3);
+    const std::vector<ConfigurationResult> rows = run_configurations(pair.draft, pair.target, unused, settings);
+    REQUIRE(rows.size() == 2);
+    for (const ConfigurationResult& row : rows) {
+        CHECK(row.autoregressive.prompt_tokens == 5 + 9 + 5);  // repetitions 0, 1, 2: prompts 0, 1, 0
+        CHECK(row.speculative.prompt_tokens == 5 + 9 + 5);
+    }
+    REQUIRE(rows[0].greedy_match.has_value());
+    CHECK(*rows[0].greedy_match);
+    // Without them every repetition uses the run's prompt.
+    settings.repetition_prompts.clear();
+    for (const ConfigurationResult& row : run_configurations(pair.draft, pair.target, unused, settings))
+        CHECK(row.speculative.prompt_tokens == 3 * 3);
+}
