@@ -114,11 +114,11 @@ struct ConfidenceStop {
 // tile shapes change with the width). With an uninformative q this drafts
 // k* (the marginal conditions of E(k) / T(k)); with an informative one it
 // drafts on while the drafts are confident and stops early where they are
-// not, without wasting the pass of a draft it would not keep. Every explore_every-th step drafts exactly k* + 1 or
-// k* - 1 (in turn, without the stop) so that unfiltered acceptance and the
-// pass widths around k* keep being measured. The lengths depend on measured
-// times, so two runs with the same seed may choose differently (each run is
-// still exact).
+// not, without wasting the pass of a draft it would not keep. Every
+// explore_every-th step drafts exactly k* + 1 or k* - 1 (in turn, without
+// the stop) so that unfiltered acceptance and the pass widths around k* keep
+// being measured. The lengths depend on measured times, so two runs with the
+// same seed may choose differently (each run is still exact).
 class AutoLength {
 public:
     struct Options {

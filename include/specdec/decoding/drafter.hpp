@@ -57,7 +57,7 @@ struct DraftRequest {
     // inside this block (after a rejection) draws afresh. Block verification's
     // outcome depends on every draft, rejected ones included.
     const CounterRng& rng;
-    DraftStop stop{};                 // optional: a drafter that forms q_i should consult it before draft i
+    DraftStop stop{};                 // optional: a drafter that forms q_i consults it before that pass and before draft i
 };
 
 // propose() must return tokens sampled from the q it reports. For exactness the

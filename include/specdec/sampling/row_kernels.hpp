@@ -154,28 +154,6 @@ SPECDEC_SAMPLING_AVX2 inline void scale_avx2(float* x, std::size_t n, float scal
     for (; i < n; ++i) x[i] *= scale;
 }
 
-// Sum of each kSampleBlock-element block in double (negative entries count as 0).
-SPECDEC_SAMPLING_AVX2 inline double block_sums_avx2(const float* x, std::size_t n, double* sums) {
-    double total = 0.0;
-    const __m256 zero = _mm256_setzero_ps();
-    std::size_t b = 0;
-    for (std::size_t start = 0; start < n; start += kSampleBlock, ++b) {
-        const std::size_t end = start + kSampleBlock < n ? start + kSampleBlock : n;
-        __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
-        std::size_t i = start;
-        for (; i + 8 <= end; i += 8) {
-            const __m256 v = _mm256_max_ps(_mm256_loadu_ps(x + i), zero);
-            acc0 = _mm256_add_pd(acc0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
-            acc1 = _mm256_add_pd(acc1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
-        }
-        double sum = horizontal_sum4d(_mm256_add_pd(acc0, acc1));
-        for (; i < end; ++i) sum += x[i] > 0.0f ? x[i] : 0.0f;
-        sums[b] = sum;
-        total += sum;
-    }
-    return total;
-}
-
 // Index of the first element equal to value (n if none).
 SPECDEC_SAMPLING_AVX2 inline std::size_t first_equal_avx2(const float* x, std::size_t n, float value) {
     const __m256 v = _mm256_set1_ps(value);
@@ -203,7 +181,7 @@ SPECDEC_SAMPLING_AVX2 inline bool all_probabilities_avx2(const float* x, std::si
     return valid;
 }
 
-// Block sums (as block_sums_avx2) of the residual max(w p - q, 0), in double;
+// Sums of each kSampleBlock-element block of the residual max(w p - q, 0), in double;
 // q == nullptr reads as 0. `sums` may be null (only the total is wanted).
 SPECDEC_SAMPLING_AVX2 inline double residual_sums_avx2(const float* p, const float* q, std::size_t n, double w,
                                                        double* sums) {
@@ -253,19 +231,6 @@ inline float exp_sum_scalar(const float* x, std::size_t n, float max, float inve
         const float e = exp_nonpositive(scaled_difference(x[i] - max, inverse_temperature));
         if constexpr (Write) out[i] = e;
         total += e;
-    }
-    return total;
-}
-
-inline double block_sums_scalar(const float* x, std::size_t n, double* sums) {
-    double total = 0.0;
-    std::size_t b = 0;
-    for (std::size_t start = 0; start < n; start += kSampleBlock, ++b) {
-        const std::size_t end = start + kSampleBlock < n ? start + kSampleBlock : n;
-        double sum = 0.0;
-        for (std::size_t i = start; i < end; ++i) sum += x[i] > 0.0f ? x[i] : 0.0f;
-        sums[b] = sum;
-        total += sum;
     }
     return total;
 }
@@ -332,14 +297,6 @@ inline void scale_row(std::span<float> x, float scale) {
     for (float& v : x) v *= scale;
 }
 
-// Writes ceil(n / kSampleBlock) block sums (in double, negative entries as 0)
-// and returns their total.
-inline double block_sums(std::span<const float> x, double* sums) {
-#if SPECDEC_SAMPLING_X86
-    if (sampling_avx2()) return block_sums_avx2(x.data(), x.size(), sums);
-#endif
-    return block_sums_scalar(x.data(), x.size(), sums);
-}
 
 // Index of the first element equal to `value`; x.size() if there is none.
 inline std::size_t first_equal(std::span<const float> x, float value) {
@@ -366,5 +323,9 @@ inline double residual_sums(std::span<const float> p, const float* q, double w, 
 #endif
     return residual_sums_scalar(p.data(), q, p.size(), w, sums);
 }
+
+// Writes ceil(n / kSampleBlock) block sums (in double, negative entries as 0)
+// and returns their total: the residual with w = 1 and q = 0.
+inline double block_sums(std::span<const float> x, double* sums) { return residual_sums(x, nullptr, 1.0, sums); }
 
 }  // namespace specdec::detail
