@@ -112,9 +112,26 @@ const std::vector<SamplingOptions> kTransforms{
 // 1 + 0.02 n^2, 0.01 a row), so that its choices, and with them the test's
 // statistic, are the same in every run: a test with fixed seeds must not pass
 // or fail by the machine's load.
+// It also counts the stops of each kind, so that the test can require both
+// to have happened: before a draft pass (formed = false) and after one.
+struct StopCounts {
+    std::size_t before_pass = 0, after_pass = 0;
+};
+
 struct SharedAutoLength {
     specdec::AutoLength* policy;
-    specdec::DraftPlan plan(std::size_t cap, std::uint64_t position) { return policy->plan(cap, position); }
+    StopCounts* stops = nullptr;
+    specdec::DraftStop inner{};
+    specdec::DraftPlan plan(std::size_t cap, std::uint64_t position) {
+        const specdec::DraftPlan planned = policy->plan(cap, position);
+        inner = planned.stop;
+        return {planned.max_tokens, specdec::DraftStop(*this)};
+    }
+    bool operator()(const specdec::DraftCandidate& candidate) {
+        const bool stop = inner(candidate);
+        if (stop && stops) ++(candidate.formed ? stops->after_pass : stops->before_pass);
+        return stop;
+    }
     void observe(specdec::StepOutcome outcome) {
         const double n = static_cast<double>(outcome.verified_tokens);
         outcome.draft_seconds = 0.1 * static_cast<double>(outcome.draft_passes);
@@ -196,17 +213,26 @@ TEST_CASE("block verification generates exactly the target's sequences and first
 TEST_CASE("the confidence stop and the auto length keep both rules exact", "[exactness][decoder][length-policy]") {
     specdec::AutoLength tokenwise_auto({.warmup_steps = 2, .explore_every = 3});
     specdec::AutoLength block_auto({.warmup_steps = 2, .explore_every = 3});
+    StopCounts tokenwise_stops, block_stops;
     for (const SamplingOptions& sampling : {kTransforms[0], kTransforms[2], kTransforms[3]}) {
         const std::string t = describe(sampling);
         check_exact(decoder_test<specdec::TokenwiseRejection>(sampling, 4, specdec::ConfidenceStop{.min_top_probability = 0.45}),
                     "token-wise + confidence stop, " + t);
         check_exact(decoder_test<specdec::BlockVerification>(sampling, 4, specdec::ConfidenceStop{.min_top_probability = 0.45}),
                     "block + confidence stop, " + t);
-        check_exact(decoder_test<specdec::TokenwiseRejection>(sampling, 4, SharedAutoLength{&tokenwise_auto}),
+        check_exact(decoder_test<specdec::TokenwiseRejection>(sampling, 4, SharedAutoLength{&tokenwise_auto, &tokenwise_stops}),
                     "token-wise + auto, " + t);
-        check_exact(decoder_test<specdec::BlockVerification>(sampling, 4, SharedAutoLength{&block_auto}), "block + auto, " + t);
+        check_exact(decoder_test<specdec::BlockVerification>(sampling, 4, SharedAutoLength{&block_auto, &block_stops}),
+                    "block + auto, " + t);
     }
     CHECK(tokenwise_auto.steps_observed() > 0);
+    // Both of AutoLength's decisions ended drafts in the samples tested above.
+    INFO("token-wise stops before / after a pass: " << tokenwise_stops.before_pass << " / " << tokenwise_stops.after_pass
+         << "; block: " << block_stops.before_pass << " / " << block_stops.after_pass);
+    CHECK(tokenwise_stops.before_pass > 0);
+    CHECK(tokenwise_stops.after_pass > 0);
+    CHECK(block_stops.before_pass > 0);
+    CHECK(block_stops.after_pass > 0);
 }
 
 TEST_CASE("negative controls: a block rule with the token-wise residual and a policy that peeks at the verifier's uniform are caught", "[exactness][decoder][negative-control]") {
