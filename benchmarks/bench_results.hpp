@@ -118,7 +118,7 @@ struct ConfigurationResult {
         return speculative.acceptance_rate();
     }
     // The cost model's alpha: accepted drafts / drafts that were actually tested.
-    [[nodiscard]] double alpha() const { return per_token_acceptance(speculative.proposed_at_position, speculative.accepted_at_position); }
+    [[nodiscard]] double alpha() const { return per_token_acceptance(speculative.tested_at_position, speculative.accepted_at_position); }
     [[nodiscard]] double mean_accepted() const {
         const GenerationStats& s = speculative;
         return s.target_forward_passes == 0 ? 0.0 : static_cast<double>(s.draft_tokens_accepted) / s.target_forward_passes;

@@ -50,22 +50,17 @@ inline constexpr std::string_view kPredictedSpeedupFormula =
     return expected_tokens_per_pass(alpha, draft_tokens) / step_cost;
 }
 
-// The per-token acceptance alpha of the model above, estimated from the
-// decoder's per-position counters. Token-wise verification stops at the first
-// rejection, so draft i is *tested* only in steps where drafts 0..i-1 were
-// accepted: alpha = accepted / tested. (accepted / proposed, the decoder's
-// acceptance_rate(), is smaller for k > 1 because untested drafts count as
-// rejected.) tested_i = min(proposed_i, accepted_{i-1}) is exact whenever a
-// step that proposes draft i also proposed draft i-1, which the decoder's
-// prefix-shaped drafts guarantee.
-[[nodiscard]] inline double per_token_acceptance(std::span<const std::size_t> proposed_at_position,
+// The per-token acceptance alpha of the model above: accepted / tested,
+// where draft i is *tested* in the steps whose drafts 0..i-1 were all kept
+// (the decoder counts them: GenerationStats::tested_at_position). accepted /
+// proposed, the decoder's acceptance_rate(), is smaller for k > 1 because
+// untested drafts count as rejected.
+[[nodiscard]] inline double per_token_acceptance(std::span<const std::size_t> tested_at_position,
                                                  std::span<const std::size_t> accepted_at_position) {
     std::size_t accepted = 0;
     std::size_t tested = 0;
-    for (std::size_t i = 0; i < proposed_at_position.size() && i < accepted_at_position.size(); ++i) {
-        const std::size_t reached = i == 0 ? proposed_at_position[0]
-                                           : std::min(proposed_at_position[i], accepted_at_position[i - 1]);
-        tested += reached;
+    for (std::size_t i = 0; i < tested_at_position.size() && i < accepted_at_position.size(); ++i) {
+        tested += tested_at_position[i];
         accepted += accepted_at_position[i];
     }
     return tested == 0 ? 0.0 : static_cast<double>(accepted) / static_cast<double>(tested);
@@ -74,13 +69,12 @@ inline constexpr std::string_view kPredictedSpeedupFormula =
 // Acceptance of draft i given that drafts 0..i-1 were accepted: flat if the
 // draft is equally good at every depth (the model's assumption).
 [[nodiscard]] inline std::vector<double> conditional_acceptance_at_position(
-    std::span<const std::size_t> proposed_at_position, std::span<const std::size_t> accepted_at_position) {
+    std::span<const std::size_t> tested_at_position, std::span<const std::size_t> accepted_at_position) {
     std::vector<double> rates;
-    for (std::size_t i = 0; i < proposed_at_position.size() && i < accepted_at_position.size(); ++i) {
-        const std::size_t reached = i == 0 ? proposed_at_position[0]
-                                           : std::min(proposed_at_position[i], accepted_at_position[i - 1]);
-        rates.push_back(reached == 0 ? 0.0 : static_cast<double>(accepted_at_position[i]) / static_cast<double>(reached));
-    }
+    for (std::size_t i = 0; i < tested_at_position.size() && i < accepted_at_position.size(); ++i)
+        rates.push_back(tested_at_position[i] == 0 ? 0.0
+                                                   : static_cast<double>(accepted_at_position[i]) /
+                                                         static_cast<double>(tested_at_position[i]));
     return rates;
 }
 

@@ -54,21 +54,23 @@ TEST_CASE("invalid cost model inputs are rejected", "[bench][cost-model]") {
 }
 
 TEST_CASE("per-token acceptance counts only drafts that were tested", "[bench][cost-model]") {
-    // 10 steps of k = 2: first draft accepted 8 times, second accepted 4 times
-    // (tested 8 times). alpha = (8 + 4) / (10 + 8); accepted / proposed would be 12 / 20.
-    const std::vector<std::size_t> proposed{10, 10};
+    // 10 steps of k = 2: first draft accepted 8 times, second tested 8 times
+    // and accepted 4 times. alpha = (8 + 4) / (10 + 8); accepted / proposed would be 12 / 20.
+    const std::vector<std::size_t> tested{10, 8};
     const std::vector<std::size_t> accepted{8, 4};
-    CHECK(near(per_token_acceptance(proposed, accepted), 12.0 / 18.0));
-    const std::vector<double> conditional = conditional_acceptance_at_position(proposed, accepted);
+    CHECK(near(per_token_acceptance(tested, accepted), 12.0 / 18.0));
+    const std::vector<double> conditional = conditional_acceptance_at_position(tested, accepted);
     REQUIRE(conditional.size() == 2);
     CHECK(near(conditional[0], 0.8));
     CHECK(near(conditional[1], 0.5));
     CHECK(per_token_acceptance(std::vector<std::size_t>{}, std::vector<std::size_t>{}) == 0.0);
+    CHECK(conditional_acceptance_at_position(std::vector<std::size_t>{0}, std::vector<std::size_t>{0}) ==
+          std::vector<double>{0.0});
 }
 
 TEST_CASE("per-token acceptance recovers alpha when acceptances are independent", "[bench][cost-model]") {
     // Expected counters of 1000 steps, k = 3, alpha = 0.7: accepted_i = 1000 alpha^(i+1).
-    const std::vector<std::size_t> proposed{1000, 1000, 1000};
+    const std::vector<std::size_t> tested{1000, 700, 490};
     const std::vector<std::size_t> accepted{700, 490, 343};
-    CHECK(near(per_token_acceptance(proposed, accepted), 0.7, 1e-12));
+    CHECK(near(per_token_acceptance(tested, accepted), 0.7, 1e-12));
 }

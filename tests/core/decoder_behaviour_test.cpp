@@ -166,3 +166,47 @@ TEST_CASE("statistics add up", "[decoder]") {
     CHECK(s.prefill_tokens == kPrompt.size() - 1);
     CHECK(target.forward_calls() == s.target_forward_passes + 1);
 }
+
+namespace {
+// Drafts 1, 4, 2, 4, ... drafts (lengths that vary from step to step) and
+// counts, from what the decoder reports to the policy, how often each draft
+// position was tested: every draft up to the first rejection.
+struct VaryingLengths {
+    std::vector<std::size_t> tested;
+    std::size_t steps = 0;
+    specdec::DraftPlan plan(std::size_t cap, std::uint64_t) {
+        static constexpr std::size_t kLengths[] = {1, 4, 2, 4};
+        return {std::min(cap, kLengths[steps % 4]), {}};
+    }
+    void observe(const specdec::StepOutcome& outcome) {
+        ++steps;
+        if (tested.size() < outcome.proposed) tested.resize(outcome.proposed, 0);
+        for (std::size_t i = 0; i < std::min(outcome.proposed, outcome.accepted + 1); ++i) ++tested[i];
+    }
+};
+}  // namespace
+
+TEST_CASE("tested_at_position counts the drafts the rule tested when lengths vary", "[decoder]") {
+    ToyLM target(target_options()), draft(draft_options());
+    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft),
+                                        {.draft_tokens = 4, .seed = 11, .max_new_tokens = 400},
+                                        specdec::TokenwiseRejection{}, VaryingLengths{});
+    const auto result = decoder.generate(kPrompt);
+    const auto& s = result.stats;
+    REQUIRE(s.tested_at_position.size() == 4);
+    VaryingLengths lengths = decoder.policy();
+    lengths.tested.resize(4, 0);
+    std::size_t tested = 0, shortcut = 0;
+    for (std::size_t i = 0; i < 4; ++i) {
+        INFO("position " << i);
+        CHECK(s.tested_at_position[i] == lengths.tested[i]);
+        CHECK(s.accepted_at_position[i] <= s.tested_at_position[i]);
+        CHECK(s.tested_at_position[i] <= s.proposed_at_position[i]);
+        tested += s.tested_at_position[i];
+        shortcut += i == 0 ? s.proposed_at_position[0] : std::min(s.proposed_at_position[i], s.accepted_at_position[i - 1]);
+    }
+    // The counts of proposals and acceptances alone overstate the tests here
+    // (drafts 2 and 3 of a long step are counted as tested whenever short
+    // steps were accepted), which made alpha of a varying length look lower.
+    CHECK(shortcut > tested);
+}

@@ -70,6 +70,12 @@ struct GenerationStats {
     // Index i: how often a draft was proposed / accepted at draft position i of a step.
     std::vector<std::size_t> proposed_at_position;
     std::vector<std::size_t> accepted_at_position;
+    // Chains: index i, how often draft i was tested (proposed, and drafts
+    // 0..i-1 kept by the rule). With lengths that vary from step to step this
+    // is not min(proposed[i], accepted[i - 1]): a step that kept all of a
+    // short draft and one that lost the first of a long one would count as
+    // a test of the long draft's later positions.
+    std::vector<std::size_t> tested_at_position;
     // Index n: how many steps proposed exactly n drafts (the chosen lengths).
     std::vector<std::size_t> draft_length_counts;
     // Tree decoding: for a tree, proposed_at_position[d] counts the nodes at
@@ -119,6 +125,7 @@ struct GenerationStats {
         device_verified_steps += other.device_verified_steps;
         add_counts(proposed_at_position, other.proposed_at_position);
         add_counts(accepted_at_position, other.accepted_at_position);
+        add_counts(tested_at_position, other.tested_at_position);
         add_counts(draft_length_counts, other.draft_length_counts);
         add_tables(tested_at_depth_rank, other.tested_at_depth_rank);
         add_tables(accepted_at_depth_rank, other.accepted_at_depth_rank);

@@ -127,6 +127,7 @@ public:
         const std::size_t cap = std::min({options.draft_tokens, context - committed, max_tokens - 1});
         stats.proposed_at_position.assign(options.draft_tokens, 0);
         stats.accepted_at_position.assign(options.draft_tokens, 0);
+        stats.tested_at_position.assign(options.draft_tokens, 0);
         stats.draft_length_counts.assign(options.draft_tokens + 1, 0);
         const CounterRng rng{options.seed};
 
@@ -182,6 +183,7 @@ public:
         const std::size_t accepted_emitted = std::min(emitted, verdict.accepted);
         stats.draft_tokens_accepted = accepted_emitted;
         for (std::size_t i = 0; i < accepted_emitted; ++i) ++stats.accepted_at_position[i];
+        for (std::size_t i = 0; i < std::min(k, verdict.accepted + 1); ++i) ++stats.tested_at_position[i];
         stats.generated_tokens = emitted;
         stats.total_seconds = detail::seconds_since(start);
         policy_.observe(StepOutcome{.proposed = k,
