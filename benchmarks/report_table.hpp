@@ -3,6 +3,7 @@
 // and a closing line naming the best configuration. Greedy mismatches are
 // printed loudly, since they would mean the "exact" claim is broken.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <ostream>
 #include <string>
@@ -169,16 +170,24 @@ inline void print_table(std::ostream& out, const BenchReport& report) {
                               std::string(to_string(a.rule)).c_str(), a.speedup(),
                               100.0 * a.speedup() / best_fixed->speedup(), best_fixed->draft_tokens, best_fixed->speedup());
         // Paired by repetition (same round, prompt and seed, same baseline):
-        // how far single repetitions scatter around that ratio.
+        // how far single repetitions scatter around that ratio, and the
+        // standard error that scatter puts on a mean of them. At T > 0 the two
+        // rows sample different continuations, so their acceptance differs
+        // by chance (a few percent at the default size) besides by policy.
         const std::size_t paired = std::min(a.speedup_per_repetition.size(), best_fixed->speedup_per_repetition.size());
         if (paired > 1) {
-            double low = 1e300, high = 0.0;
+            double low = 1e300, high = 0.0, sum = 0.0, squares = 0.0;
             for (std::size_t i = 0; i < paired; ++i) {
                 const double ratio = a.speedup_per_repetition[i] / best_fixed->speedup_per_repetition[i];
                 low = std::min(low, ratio);
                 high = std::max(high, ratio);
+                sum += ratio;
+                squares += ratio * ratio;
             }
-            out << detail::format("; single repetitions %.0f-%.0f%%", 100.0 * low, 100.0 * high);
+            const double n = static_cast<double>(paired), mean = sum / n;
+            const double variance = std::max(0.0, (squares - n * mean * mean) / (n - 1.0));
+            out << detail::format("; single repetitions %.0f-%.0f%%, standard error of their mean %.0f%%", 100.0 * low,
+                                  100.0 * high, 100.0 * std::sqrt(variance / n));
         }
         out << "\n";
     }
