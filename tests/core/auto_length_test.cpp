@@ -47,12 +47,14 @@ std::size_t best_length(const SimulatedPair& pair, std::size_t cap) {
 // number of drafts of every step.
 std::vector<std::size_t> simulate(specdec::AutoLength& policy, const SimulatedPair& pair, std::size_t cap,
                                   std::size_t steps, std::uint64_t seed,
-                                  const std::function<double(std::size_t, std::size_t)>& slow = {}) {
+                                  const std::function<double(std::size_t, std::size_t)>& slow = {},
+                                  std::vector<std::size_t>* plans = nullptr) {
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
     std::vector<std::size_t> lengths;
     for (std::size_t step = 0; step < steps; ++step) {
         const specdec::DraftPlan plan = policy.plan(cap, 100 + step);
+        if (plans) plans->push_back(plan.max_tokens);
         // The drafter, as ModelDrafter asks its stop: one pass forms each q
         // (the first one is the catch-up pass), which the stop hook sees as
         // uninformative; before each further pass it may end the draft.
@@ -169,5 +171,28 @@ TEST_CASE("AutoLength keeps its choice when the machine's speed changes in phase
             INFO(name << ": best k = " << best << ", settled on " << settled << " in the 150 steps before step " << end);
             CHECK(expected_rate(pair, settled) >= 0.97 * expected_rate(pair, best));
         }
+    }
+}
+
+TEST_CASE("AutoLength's stop drafts at most max_extension beyond the best fixed length", "[length-policy][auto]") {
+    // Confident drafts (the stop hook sees top probability 0.5, whose bin
+    // learns the pair's acceptance) would let the stop run on; the plan must
+    // still end max_extension drafts after k*, where the measured widths end.
+    const SimulatedPair pair{.acceptance = 0.8, .draft_seconds = 1.3e-3, .verify_seconds = cpu_like_verify,
+                             .row_seconds = 0.05e-3};
+    const std::size_t cap = 12, best = best_length(pair, cap);
+    REQUIRE(best + 3 < cap);
+    for (const std::size_t extension : {0u, 2u}) {
+        specdec::AutoLength::Options options;
+        options.max_extension = extension;
+        specdec::AutoLength policy(options);
+        std::vector<std::size_t> plans;
+        const std::vector<std::size_t> lengths = simulate(policy, pair, cap, 400, 9, {}, &plans);
+        const std::size_t most = *std::max_element(plans.begin() + 100, plans.end());
+        INFO("best k = " << best << ", extension " << extension << ": most drafts planned " << most);
+        // k* itself may be one off the best length (sampled acceptance).
+        CHECK(most <= best + extension + 1);
+        CHECK(most >= best);
+        CHECK(*std::max_element(lengths.begin() + 100, lengths.end()) <= most);
     }
 }

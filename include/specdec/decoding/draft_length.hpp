@@ -97,8 +97,8 @@ struct ConfidenceStop {
 // plan(): k* = argmax_k E(k) / T(k) with E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j and
 // T(k) = k d + V(k + 1) + (k + 1) r + o, and R = E(k*) / T(k*), the rate of
 // the best fixed length. k* = 0: no drafting (speculation does not pay).
-// Otherwise the draft may run to the cap, and each draft is decided by its
-// worth in tokens less R times seconds (the rate-optimal stop of a renewal
+// Otherwise the draft may run to k* + max_extension drafts (at most the cap),
+// and each draft is decided by its worth in tokens less R times seconds (the rate-optimal stop of a renewal
 // process; Dinkelbach). With K the probability that every draft kept so far
 // is accepted (the product of their A(t)), keeping draft i and drafting on
 // to m drafts is worth W_i(m) = K A(t_i) (1 + a' + a'^2 ...) - R (V(m + 1) -
@@ -114,7 +114,11 @@ struct ConfidenceStop {
 // tile shapes change with the width). With an uninformative q this drafts
 // k* (the marginal conditions of E(k) / T(k)); with an informative one it
 // drafts on while the drafts are confident and stops early where they are
-// not, without wasting the pass of a draft it would not keep. Every
+// not, without wasting the pass of a draft it would not keep. The extension
+// is bounded because the worth of drafts far beyond k* rests on what is
+// measured least: acceptance at deep positions, and pass widths that only
+// the stop itself would time (exploration times k* +- 1 drafts); with the
+// whole cap open, one run drafted 6 where 3 was best and lost 14%. Every
 // explore_every-th step drafts exactly k* + 1 or k* - 1 (in turn, without
 // the stop) so that unfiltered acceptance and the pass widths around k* keep
 // being measured. The lengths depend on measured times, so two runs with the
@@ -129,6 +133,7 @@ public:
         double prior_strength = 4.0;      // pseudo-samples pulling a_i towards a_{i-1}
         double bin_prior_strength = 1.0;  // pseudo-samples pulling A(t) towards a_i
         bool confidence_stop = true;      // decide each draft by its marginal worth (else: k* drafts a step)
+        std::size_t max_extension = 2;    // the stop may draft up to k* + this many (within the cap)
     };
 
     AutoLength() : AutoLength(Options{}) {}
@@ -167,7 +172,7 @@ public:
                 const bool up = (explorations_++ % 2 == 0 && best < cap) || best == 0;
                 planned_ = up ? best + 1 : best - 1;
             } else if (best > 0 && options_.confidence_stop) {
-                planned_ = cap;  // the stop decides each draft
+                planned_ = std::min(cap, best + options_.max_extension);  // the stop decides each draft
                 stopping_ = true;
             }
             target_rate_ = best_rate;
