@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,14 @@
 #include "specdec/decoding/decoding_options.hpp"
 
 namespace specdec::bench {
+
+// The prompt repetition r generates from: prompts[r % size()], or `prompt`
+// when there are no per-repetition prompts (chain rows and tree rows alike).
+[[nodiscard]] inline std::span<const Token> repetition_prompt(std::span<const std::vector<Token>> prompts,
+                                                              std::span<const Token> prompt, std::size_t repetition) {
+    if (prompts.empty()) return prompt;
+    return prompts[repetition % prompts.size()];
+}
 
 struct MachineInfo {
     std::string cpu;

@@ -43,13 +43,6 @@ struct RunSettings {
     std::vector<std::vector<Token>> repetition_prompts{};
 };
 
-// The prompt repetition r generates from.
-[[nodiscard]] inline std::span<const Token> repetition_prompt(const RunSettings& settings, std::span<const Token> prompt,
-                                                              std::size_t repetition) {
-    if (settings.repetition_prompts.empty()) return prompt;
-    return settings.repetition_prompts[repetition % settings.repetition_prompts.size()];
-}
-
 struct ProgressStep {
     std::size_t step = 0;  // 1-based: one speculative generation of one row
     std::size_t steps = 0;
@@ -202,7 +195,7 @@ template <class Draft, CausalLM Target>
             const DecodingOptions baseline_options{.sampling = SamplingOptions{.temperature = temperature},
                                                    .seed = settings.seed + repetition,
                                                    .max_new_tokens = settings.new_tokens};
-            const std::span<const Token> round_prompt = repetition_prompt(settings, prompt, repetition);
+            const std::span<const Token> round_prompt = repetition_prompt(settings.repetition_prompts, prompt, repetition);
             AutoregressiveDecoder<Target> autoregressive(target, baseline_options);
             autoregressive.reset();
             const GenerationResult baseline = autoregressive.generate(round_prompt);

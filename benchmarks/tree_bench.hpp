@@ -77,8 +77,7 @@ template <class Draft, CausalLM Target>
                         AutoregressiveDecoder<Target> autoregressive(target, options);
                         TreeSpeculativeDecoder<Target, Draft, SharedTreePolicy<Policy>> speculative(
                             specdec::target(target), specdec::draft(draft), options, SharedTreePolicy<Policy>{&policy});
-                        const std::span<const Token> round_prompt =
-                            repetition_prompts.empty() ? prompt : std::span<const Token>(repetition_prompts[repetition % repetition_prompts.size()]);
+                        const std::span<const Token> round_prompt = repetition_prompt(repetition_prompts, prompt, repetition);
                         autoregressive.reset();
                         const GenerationResult baseline = autoregressive.generate(round_prompt);
                         result.autoregressive += baseline.stats;
