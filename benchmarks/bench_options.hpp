@@ -62,7 +62,12 @@ struct BenchOptions {
     std::optional<std::string> prompt;
     std::optional<std::size_t> prompt_tokens;  // also measure the prefill of a prompt of this many tokens
     std::optional<std::string> export_gguf_dir;  // write the synthetic target and draft as GGUF files there, then exit
-    std::size_t repetitions = 4;
+    // Rounds over every row: as many as fit in time_budget_seconds (at least
+    // two, at most `repetitions`), so that the default run takes about a
+    // minute on a slow or busy machine and gathers more samples on a fast one.
+    // --repetitions alone asks for exactly that many (no budget).
+    std::size_t repetitions = 16;
+    double time_budget_seconds = 50.0;  // 0 = no budget
     std::size_t threads = 0;  // 0 = every hardware thread
     std::uint64_t seed = 42;
     std::optional<std::string> json_path;
@@ -127,7 +132,11 @@ what to measure
   --prompt TEXT             prompt text (GGUF models; synthetic models use a seeded token prompt)
   --prompt-tokens N         also measure prefill speed and time to first token for an N-token prompt
   --repetitions N           rounds over every row, seeds seed, seed + 1, ...: per temperature one
-                            autoregressive generation, then each row's speculative one (default 4)
+                            autoregressive generation, then each row's speculative one (default: as
+                            many as fit in the time budget, at least 2, at most 16; given alone: exactly N)
+  --time-budget SECONDS     run rounds while the next one is expected to end within SECONDS of the
+                            first one's start (at least 2; with --repetitions N at most N); 0 = no
+                            budget (default 50)
   --seed N                  seed of every random choice (default 42)
 
 output
@@ -171,6 +180,16 @@ namespace detail {
     return value;
 }
 
+[[nodiscard]] inline double parse_seconds(std::string_view flag, std::string_view text) {
+    const std::string copy(text);
+    char* end = nullptr;
+    const double value = copy.empty() ? 0.0 : std::strtod(copy.c_str(), &end);
+    if (copy.empty() || end != copy.c_str() + copy.size()) throw UsageError(std::string(flag) + ": '" + copy + "' is not a number");
+    if (!std::isfinite(value) || value < 0.0)
+        throw UsageError(std::string(flag) + ": " + copy + " seconds is invalid, expected a finite value >= 0 (0 = none)");
+    return value;
+}
+
 [[nodiscard]] inline std::vector<std::string_view> split_list(std::string_view flag, std::string_view text) {
     std::vector<std::string_view> items;
     std::size_t start = 0;
@@ -198,6 +217,7 @@ inline void require_file(std::string_view flag, const std::string& path) {
 [[nodiscard]] inline BenchOptions parse_options(std::span<const std::string_view> arguments) {
     BenchOptions options;
     bool synthetic_option_given = false;
+    bool repetitions_given = false, time_budget_given = false;
     for (std::size_t i = 0; i < arguments.size(); ++i) {
         std::string_view flag = arguments[i];
         std::optional<std::string_view> inline_value;
@@ -283,6 +303,10 @@ inline void require_file(std::string_view flag, const std::string& path) {
             if (options.export_gguf_dir->empty()) throw UsageError("--export-gguf: empty folder name");
         } else if (flag == "--repetitions") {
             options.repetitions = detail::parse_count(flag, value(), 1);
+            repetitions_given = true;
+        } else if (flag == "--time-budget") {
+            options.time_budget_seconds = detail::parse_seconds(flag, value());
+            time_budget_given = true;
         } else if (flag == "--threads") {
             options.threads = detail::parse_count(flag, value(), 1);
         } else if (flag == "--seed") {
@@ -309,6 +333,7 @@ inline void require_file(std::string_view flag, const std::string& path) {
         }
     }
     if (options.help) return options;
+    if (repetitions_given && !time_budget_given) options.time_budget_seconds = 0.0;  // exactly N rounds
 
     if (options.export_gguf_dir && (options.target_path || options.backend != Backend::cpu || options.uses_prompt_lookup())) {
         throw UsageError("--export-gguf writes the embedded synthetic CPU models; it takes no --target, --draft or --backend cuda");

@@ -259,7 +259,9 @@ struct BenchReport {
     std::optional<std::string> prompt_text;  // none for a seeded token prompt
     bool prompt_per_repetition = false;      // each repetition its own seeded prompt
     std::size_t new_tokens = 0;
-    std::size_t repetitions = 0;
+    std::size_t repetitions = 0;        // rounds run
+    std::size_t max_repetitions = 0;    // rounds asked for (the most, with a time budget)
+    double time_budget_seconds = 0.0;   // > 0: the rounds ran while they fit in it
     std::uint64_t seed = 0;
     CostMeasurement costs;
     std::vector<ConfigurationResult> configurations;

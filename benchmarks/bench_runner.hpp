@@ -33,6 +33,14 @@ struct RunSettings {
     std::size_t tree_max_nodes = 24;
     std::size_t new_tokens = 64;
     std::size_t repetitions = 2;
+    // > 0: a time budget for the rounds (seconds from the first one's start).
+    // After min_repetitions rounds, another starts only if it would end within
+    // the budget by the longest round so far; `repetitions` is then the most.
+    // A fixed count of tokens makes the run as long as the machine is slow
+    // (on a shared machine: one minute, then seventy seconds); a budget keeps
+    // its length and gives a faster machine more samples instead.
+    double time_budget_seconds = 0.0;
+    std::size_t min_repetitions = 2;
     std::uint64_t seed = 42;
     std::size_t warmup_tokens = 8;  // one untimed short generation per method first; 0 = none
     // The prompt of repetition r is repetition_prompts[r % size()]; empty:
@@ -50,7 +58,8 @@ struct ProgressStep {
     std::size_t draft_tokens = 0;
     std::string label;           // "4", "auto<=8", "4 block"
     std::size_t repetition = 0;  // 1-based
-    std::size_t repetitions = 0;
+    std::size_t repetitions = 0;       // the most (with a time budget: fewer if they do not fit)
+    double time_budget_seconds = 0.0;  // RunSettings::time_budget_seconds
 };
 
 using ProgressCallback = std::function<void(const ProgressStep&)>;
@@ -183,8 +192,15 @@ template <class Draft, CausalLM Target>
         if (std::find(temperatures.begin(), temperatures.end(), configuration.temperature) == temperatures.end())
             temperatures.push_back(configuration.temperature);
     }
-    std::size_t step = 0;
+    std::size_t step = 0, rounds = 0;
+    const auto rounds_start = detail::Clock::now();
+    double longest_round = 0.0;
     for (std::size_t repetition = 0; repetition < settings.repetitions; ++repetition) {
+        if (settings.time_budget_seconds > 0.0 && repetition >= std::max<std::size_t>(1, settings.min_repetitions)) {
+            const double elapsed = std::chrono::duration<double>(detail::Clock::now() - rounds_start).count();
+            if (elapsed + longest_round > settings.time_budget_seconds) break;
+        }
+        const auto round_start = detail::Clock::now();
         for (const double temperature : temperatures) {
             std::vector<std::size_t> rows;
             for (std::size_t i = 0; i < total; ++i)
@@ -204,7 +220,7 @@ template <class Draft, CausalLM Target>
                 if (progress)
                     progress(ProgressStep{++step, total * settings.repetitions, temperature,
                                           configurations[i].draft_tokens, result.label(), repetition + 1,
-                                          settings.repetitions});
+                                          settings.repetitions, settings.time_budget_seconds});
                 DecodingOptions options = baseline_options;
                 options.draft_tokens = configurations[i].draft_tokens;
                 const GenerationResult fast = generators[i](options, round_prompt);
@@ -217,7 +233,10 @@ template <class Draft, CausalLM Target>
             }
             if (after_round) after_round();
         }
+        ++rounds;
+        longest_round = std::max(longest_round, std::chrono::duration<double>(detail::Clock::now() - round_start).count());
     }
+    for (ConfigurationResult& result : results) result.repetitions = rounds;
     return results;
 }
 
@@ -257,7 +276,6 @@ template <class Draft, CausalLM Target>
     report.prompt_text = inputs.prompt_text;
     report.prompt_per_repetition = !inputs.settings.repetition_prompts.empty();
     report.new_tokens = inputs.settings.new_tokens;
-    report.repetitions = inputs.settings.repetitions;
     report.seed = inputs.settings.seed;
     std::vector<std::size_t> lengths = inputs.settings.draft_tokens;
     if (inputs.settings.auto_length)  // the auto rows' model needs v_n for every length they may choose
@@ -274,13 +292,19 @@ template <class Draft, CausalLM Target>
     measure_prefill(target, inputs.prompt, inputs.cost_settings, report.costs);
     CostSampler<Draft, Target> costs(draft, target, inputs.prompt, lengths);
     report.configurations = run_configurations(draft, target, inputs.prompt, inputs.settings, progress, [&] { costs.round(); });
+    report.repetitions =
+        report.configurations.empty() ? inputs.settings.repetitions : report.configurations.front().repetitions;
+    report.max_repetitions = inputs.settings.repetitions;
+    report.time_budget_seconds = inputs.settings.time_budget_seconds;
     costs.rounds(inputs.cost_settings.rounds);
     costs.write(report.costs);
     apply_costs(report.configurations, report.costs);
     if (trees) {
         report.trees = run_tree_configurations(draft, target, inputs.prompt, inputs.settings.trees,
                                                inputs.settings.tree_max_nodes, inputs.settings.temperatures,
-                                               inputs.settings.new_tokens, inputs.settings.repetitions,
+                                               inputs.settings.new_tokens,
+                                               // as many as the chain rows ran (within a time budget)
+                                               report.repetitions,
                                                inputs.settings.seed, report.costs, inputs.settings.repetition_prompts);
     } else if (!inputs.settings.trees.empty()) {
         report.trees_skipped = "the target or the draft has no tree pass (specdec::TreeLM)";

@@ -173,6 +173,9 @@ inline constexpr int kReportFormatVersion = 1;
               {"prompt_per_repetition", report.prompt_per_repetition},
               {"new_tokens", report.new_tokens},
               {"repetitions", report.repetitions},
+              {"max_repetitions", report.max_repetitions},
+              {"time_budget_seconds", report.time_budget_seconds > 0.0 ? nlohmann::ordered_json(report.time_budget_seconds)
+                                                                       : nlohmann::ordered_json(nullptr)},
               {"seed", report.seed}}},
             {"costs",
              {{"target_step_seconds", report.costs.target_step_seconds},

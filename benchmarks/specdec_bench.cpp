@@ -42,9 +42,14 @@ public:
 
     void operator()(const ProgressStep& step) const {
         if (!enabled_) return;
-        std::fprintf(stderr, "%s[%zu/%zu] T=%g k=%s rep %zu/%zu%s", terminal_ ? "\r" : "", step.step,
-                     step.steps, step.temperature, step.label.c_str(), step.repetition, step.repetitions,
-                     terminal_ ? "   " : "\n");
+        if (step.time_budget_seconds > 0.0) {  // how many rounds is not known in advance
+            std::fprintf(stderr, "%s[round %zu] T=%g k=%s%s", terminal_ ? "\r" : "", step.repetition, step.temperature,
+                         step.label.c_str(), terminal_ ? "          " : "\n");
+        } else {
+            std::fprintf(stderr, "%s[%zu/%zu] T=%g k=%s rep %zu/%zu%s", terminal_ ? "\r" : "", step.step, step.steps,
+                         step.temperature, step.label.c_str(), step.repetition, step.repetitions,
+                         terminal_ ? "   " : "\n");
+        }
         std::fflush(stderr);
     }
     void finish() const {
@@ -67,7 +72,12 @@ void write_file(const std::string& path, const std::string& content) {
 template <class Draft, class Target>
 int benchmark_and_report(Draft& draft, Target& target, BenchInputs inputs, const BenchOptions& options) {
     const ProgressPrinter printer(!options.quiet);
-    if (!options.quiet)
+    if (!options.quiet && inputs.settings.time_budget_seconds > 0.0)
+        std::fprintf(stderr,
+                     "%zu configurations, rounds while they fit in %.0f s (2 to %zu; forward costs timed between rounds)...\n",
+                     configurations_of(inputs.settings).size(), inputs.settings.time_budget_seconds,
+                     inputs.settings.repetitions);
+    else if (!options.quiet)
         std::fprintf(stderr, "%zu configurations x %zu repetitions (forward costs timed between rounds)...\n",
                      configurations_of(inputs.settings).size(), inputs.settings.repetitions);
     const BenchReport report = run_benchmark(draft, target, inputs, [&](const ProgressStep& step) { printer(step); });
@@ -141,6 +151,7 @@ int run(const BenchOptions& options) {
                                   .tree_max_nodes = options.tree_max_nodes,
                                   .new_tokens = options.new_tokens,
                                   .repetitions = options.repetitions,
+                                  .time_budget_seconds = options.time_budget_seconds,
                                   .seed = options.seed,
                                   .repetition_prompts = setup.repetition_prompts};
     return std::visit(

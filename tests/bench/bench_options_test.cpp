@@ -30,6 +30,23 @@ TEST_CASE("no arguments select the embedded synthetic pair with the documented d
                                                                     specdec::bench::RuleChoice::block});
     CHECK(options.temperatures == std::vector<double>{0.0, 1.0});
     CHECK(options.repetitions >= 1);
+    CHECK(options.time_budget_seconds > 0.0);  // rounds while they fit, at most `repetitions`
+}
+
+TEST_CASE("--repetitions alone asks for exactly that many rounds; with --time-budget it is the most", "[bench][cli]") {
+    const BenchOptions exact = parse({"--repetitions", "3"});
+    CHECK(exact.repetitions == 3);
+    CHECK(exact.time_budget_seconds == 0.0);
+    const BenchOptions budgeted = parse({"--repetitions", "5", "--time-budget", "20"});
+    CHECK(budgeted.repetitions == 5);
+    CHECK(budgeted.time_budget_seconds == 20.0);
+    const BenchOptions either_order = parse({"--time-budget=12.5", "--repetitions=6"});
+    CHECK(either_order.repetitions == 6);
+    CHECK(either_order.time_budget_seconds == 12.5);
+    const BenchOptions budget_only = parse({"--time-budget", "30"});
+    CHECK(budget_only.repetitions == parse({}).repetitions);
+    CHECK(budget_only.time_budget_seconds == 30.0);
+    CHECK(parse({"--time-budget", "0"}).time_budget_seconds == 0.0);  // no budget: the default count
 }
 
 TEST_CASE("the draft-tokens option takes auto beside numbers and the rule option takes the rules", "[bench][cli]") {
@@ -97,6 +114,9 @@ TEST_CASE("bad command lines are usage errors", "[bench][cli]") {
         {"--new-tokens", "0"},
         {"--new-tokens", "1e3"},
         {"--repetitions", "0"},
+        {"--time-budget", "-1"},
+        {"--time-budget", "soon"},
+        {"--time-budget", "inf"},
         {"--threads", "0"},
         {"--seed", "-3"},
         {"--backend", "tpu"},

@@ -1,10 +1,12 @@
 // A tiny end-to-end run of the benchmark on the synthetic "tiny" pair: the
 // JSON report carries every field the README and 04_read_report rely on, the
 // greedy check passes, and the SVG is a complete document.
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -285,4 +287,49 @@ TEST_CASE("each repetition generates from its own prompt when the run has one pe
     settings.repetition_prompts.clear();
     for (const ConfigurationResult& row : run_configurations(pair.draft, pair.target, unused, settings))
         CHECK(row.speculative.prompt_tokens == 3 * 3);
+}
+
+TEST_CASE("a time budget runs whole rounds while the next one is expected to fit", "[bench][report]") {
+    TinyPair pair;
+    RunSettings settings{.draft_tokens = {2}, .temperatures = {0.0, 1.0}, .new_tokens = 4, .repetitions = 5, .seed = 3};
+    const std::vector<Token> prompt = seeded_token_prompt(4, pair.target.vocab_size(), 6);
+    auto rounds_of = [&](const std::vector<ConfigurationResult>& rows) {
+        REQUIRE(rows.size() == 2);
+        for (const ConfigurationResult& row : rows) {
+            CHECK(row.repetitions == rows.front().repetitions);
+            CHECK(row.speedup_per_repetition.size() == row.repetitions);
+            CHECK(row.speculative.generated_tokens == 4 * row.repetitions);
+        }
+        return rows.front().repetitions;
+    };
+    // A budget nothing fits in: the minimum of whole rounds.
+    settings.time_budget_seconds = 1e-9;
+    CHECK(rounds_of(run_configurations(pair.draft, pair.target, prompt, settings)) == 2);
+    settings.min_repetitions = 1;
+    CHECK(rounds_of(run_configurations(pair.draft, pair.target, prompt, settings)) == 1);
+    // Rounds of at least 0.4 s (0.2 s after each temperature's generations)
+    // in a 1 s budget: the second starts (0.4 s + 0.4 s fit), a third would not.
+    const auto slow_round = [] { std::this_thread::sleep_for(std::chrono::milliseconds(200)); };
+    settings.time_budget_seconds = 1.0;
+    CHECK(rounds_of(run_configurations(pair.draft, pair.target, prompt, settings, {}, slow_round)) == 2);
+    // A budget everything fits in, and none: the most.
+    settings.time_budget_seconds = 1e6;
+    CHECK(rounds_of(run_configurations(pair.draft, pair.target, prompt, settings)) == 5);
+    settings.time_budget_seconds = 0.0;
+    CHECK(rounds_of(run_configurations(pair.draft, pair.target, prompt, settings)) == 5);
+
+    // The report says how many ran, of how many at most, in which budget.
+    BenchInputs inputs = tiny_inputs(pair.target, describe_llama(pair.draft, true));
+    inputs.settings.repetitions = 4;
+    inputs.settings.time_budget_seconds = 1e-9;
+    const BenchReport report = run_benchmark(pair.draft, pair.target, inputs);
+    CHECK(report.repetitions == 2);
+    CHECK(report.max_repetitions == 4);
+    const nlohmann::json json = report_to_json(report);
+    CHECK(json["settings"]["repetitions"] == 2);
+    CHECK(json["settings"]["max_repetitions"] == 4);
+    CHECK(json["settings"]["time_budget_seconds"].get<double>() == 1e-9);
+    std::ostringstream header;
+    print_header(header, report);
+    CHECK(header.str().find("2 repetitions (rounds over every row; as many as fit in 0 s, at most 4)") != std::string::npos);
 }
