@@ -90,9 +90,11 @@ struct ConfidenceStop {
 //         rarely grows with depth, so an unmeasured position is not promised more);
 //   A(t)  acceptance of a draft whose q has top probability t, and P(t) how
 //         often q has it (10 bins);
-//   d     seconds per draft pass; V(n) seconds of a target pass over n tokens
-//         (the measured widths' recent medians fitted non-decreasing in n, unmeasured
-//         widths interpolated linearly); r per verified row of
+//   d     seconds per draft pass; V(n) seconds of a target pass over n tokens,
+//         kept as draft passes of the same step (so that widths timed while
+//         the machine was slow and while it was fast compare) times the
+//         current d (the measured widths' recent medians fitted non-decreasing
+//         in n, unmeasured widths interpolated linearly); r per verified row of
 //         acceptance work; o the rest of a step.
 // plan(): k* = argmax_k E(k) / T(k) with E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j and
 // T(k) = k d + V(k + 1) + (k + 1) r + o, and R = E(k*) / T(k*), the rate of
@@ -211,16 +213,28 @@ public:
             bin_tested_[bin] = bin_tested_[bin] * options_.decay + 1.0;
             bin_accepted_[bin] = bin_accepted_[bin] * options_.decay + (i < outcome.accepted ? 1.0 : 0.0);
         }
-        // Costs.
-        if (outcome.draft_passes > 0)
-            draft_pass_.add(outcome.draft_seconds / static_cast<double>(outcome.draft_passes));
-        if (outcome.verified_tokens > 0) {
+        // Costs. A target pass is recorded in draft passes of the same step:
+        // on a shared machine the speed of both models drifts together (by a
+        // third within a minute here), and widths timed in different phases,
+        // compared in seconds, would say more about the phases than the widths.
+        // A drafter without passes (prompt lookup) leaves seconds as the unit.
+        double pace = draft_pass_.value();  // seconds per draft pass now
+        if (outcome.draft_passes > 0) {
+            pace = outcome.draft_seconds / static_cast<double>(outcome.draft_passes);
+            draft_pass_.add(pace);
+        }
+        if (outcome.verified_tokens > 0 && !cost_unit_chosen_) {
+            cost_unit_chosen_ = true;
+            costs_in_draft_passes_ = outcome.draft_passes > 0;
+        }
+        if (!costs_in_draft_passes_) pace = 1.0;
+        if (outcome.verified_tokens > 0 && pace > 0.0) {
             const std::size_t n = outcome.verified_tokens;
             if (verify_.size() < n + 1) {
                 verify_.resize(n + 1);
                 verify_weight_.resize(n + 1, 0.0);
             }
-            verify_[n].add(outcome.target_seconds);
+            verify_[n].add(outcome.target_seconds / pace);
             for (double& weight : verify_weight_) weight *= options_.decay;
             verify_weight_[n] += 1.0;
             fit_verify_costs();
@@ -300,16 +314,18 @@ private:
         }
         return total;
     }
-    // V(n) (before any width was timed: 1 s, i.e. speculation looks
-    // expensive and the warm-up's lengths are what gets measured first).
+    // V(n): the width's cost in draft passes times the current draft pass
+    // (in seconds for a drafter without passes; before any width was timed:
+    // 1 s, i.e. speculation looks expensive and the warm-up's lengths are what
+    // gets measured first).
     [[nodiscard]] double verify_seconds(std::size_t n) const {
-        const double fitted = verify_fit_seconds(n);
-        return fitted < 0.0 ? 1.0 : fitted;
+        const double fitted = verify_fit_passes(n);
+        return fitted < 0.0 ? 1.0 : fitted * (costs_in_draft_passes_ ? draft_pass_.value() : 1.0);
     }
-    // The fitted cost of a measured width, else linear between the nearest
-    // measured widths (or along the last measured slope; a flat line from one
-    // point); -1 before any width was measured.
-    [[nodiscard]] double verify_fit_seconds(std::size_t n) const {
+    // The fitted cost (in the cost unit) of a measured width, else linear
+    // between the nearest measured widths (or along the last measured slope; a
+    // flat line from one point); -1 before any width was measured.
+    [[nodiscard]] double verify_fit_passes(std::size_t n) const {
         const std::vector<double>& v = verify_fit_;
         if (n < v.size() && v[n] >= 0.0) return v[n];
         std::size_t below = 0, above = 0;
@@ -422,6 +438,8 @@ private:
     bool stopping_ = false;
     double target_rate_ = 0.0;
     double kept_probability_ = 1.0;
+    bool cost_unit_chosen_ = false;       // at the first verified step:
+    bool costs_in_draft_passes_ = false;  // V(n) in draft passes (else seconds)
     std::vector<double> tested_, accepted_;
     std::array<double, kBins> bin_tested_{}, bin_accepted_{}, bin_formed_{};
     std::vector<float> top_probabilities_;
