@@ -35,7 +35,8 @@ struct RunSettings {
     std::size_t repetitions = 2;
     // > 0: a time budget for the rounds (seconds from the first one's start).
     // After min_repetitions rounds, another starts only if it would end within
-    // the budget by the longest round so far; `repetitions` is then the most.
+    // the budget at the rounds' mean duration so far (the longest would stop
+    // early after one slow round); `repetitions` is then the most.
     // A fixed count of tokens makes the run as long as the machine is slow
     // (on a shared machine: one minute, then seventy seconds); a budget keeps
     // its length and gives a faster machine more samples instead.
@@ -194,11 +195,11 @@ template <class Draft, CausalLM Target>
     }
     std::size_t step = 0, rounds = 0;
     const auto rounds_start = detail::Clock::now();
-    double longest_round = 0.0;
+    double rounds_seconds = 0.0;
     for (std::size_t repetition = 0; repetition < settings.repetitions; ++repetition) {
         if (settings.time_budget_seconds > 0.0 && repetition >= std::max<std::size_t>(1, settings.min_repetitions)) {
             const double elapsed = std::chrono::duration<double>(detail::Clock::now() - rounds_start).count();
-            if (elapsed + longest_round > settings.time_budget_seconds) break;
+            if (elapsed + rounds_seconds / static_cast<double>(rounds) > settings.time_budget_seconds) break;
         }
         const auto round_start = detail::Clock::now();
         for (const double temperature : temperatures) {
@@ -234,7 +235,7 @@ template <class Draft, CausalLM Target>
             if (after_round) after_round();
         }
         ++rounds;
-        longest_round = std::max(longest_round, std::chrono::duration<double>(detail::Clock::now() - round_start).count());
+        rounds_seconds += std::chrono::duration<double>(detail::Clock::now() - round_start).count();
     }
     for (ConfigurationResult& result : results) result.repetitions = rounds;
     return results;
