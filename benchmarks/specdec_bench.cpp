@@ -9,6 +9,7 @@
 //   specdec-bench --export-gguf DIR                 write the synthetic pair as GGUF files
 //
 // Exit status: 0 success, 1 the library reported an error, 2 bad command line.
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -74,9 +75,9 @@ int benchmark_and_report(Draft& draft, Target& target, BenchInputs inputs, const
     const ProgressPrinter printer(!options.quiet);
     if (!options.quiet && inputs.settings.time_budget_seconds > 0.0)
         std::fprintf(stderr,
-                     "%zu configurations, rounds while they fit in %.0f s (2 to %zu; forward costs timed between rounds)...\n",
+                     "%zu configurations, rounds while they fit in %.0f s (%zu to %zu; forward costs timed between rounds)...\n",
                      configurations_of(inputs.settings).size(), inputs.settings.time_budget_seconds,
-                     inputs.settings.repetitions);
+                     std::min(inputs.settings.min_repetitions, inputs.settings.repetitions), inputs.settings.repetitions);
     else if (!options.quiet)
         std::fprintf(stderr, "%zu configurations x %zu repetitions (forward costs timed between rounds)...\n",
                      configurations_of(inputs.settings).size(), inputs.settings.repetitions);

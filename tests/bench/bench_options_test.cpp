@@ -33,7 +33,7 @@ TEST_CASE("no arguments select the embedded synthetic pair with the documented d
     CHECK(options.time_budget_seconds > 0.0);  // rounds while they fit, at most `repetitions`
 }
 
-TEST_CASE("--repetitions alone asks for exactly that many rounds; with --time-budget it is the most", "[bench][cli]") {
+TEST_CASE("the repetitions option alone asks for exactly that many rounds, with a time budget it is the most", "[bench][cli]") {
     const BenchOptions exact = parse({"--repetitions", "3"});
     CHECK(exact.repetitions == 3);
     CHECK(exact.time_budget_seconds == 0.0);
