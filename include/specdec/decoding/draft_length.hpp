@@ -223,11 +223,9 @@ public:
             pace = outcome.draft_seconds / static_cast<double>(outcome.draft_passes);
             draft_pass_.add(pace);
         }
-        if (outcome.verified_tokens > 0 && !cost_unit_chosen_) {
-            cost_unit_chosen_ = true;
-            costs_in_draft_passes_ = outcome.draft_passes > 0;
-        }
-        if (!costs_in_draft_passes_) pace = 1.0;
+        if (outcome.verified_tokens > 0 && cost_unit_ == CostUnit::undecided)
+            cost_unit_ = outcome.draft_passes > 0 ? CostUnit::draft_passes : CostUnit::seconds;
+        if (cost_unit_ != CostUnit::draft_passes) pace = 1.0;
         if (outcome.verified_tokens > 0 && pace > 0.0) {
             const std::size_t n = outcome.verified_tokens;
             if (verify_.size() < n + 1) {
@@ -319,13 +317,13 @@ private:
     // 1 s, i.e. speculation looks expensive and the warm-up's lengths are what
     // gets measured first).
     [[nodiscard]] double verify_seconds(std::size_t n) const {
-        const double fitted = verify_fit_passes(n);
-        return fitted < 0.0 ? 1.0 : fitted * (costs_in_draft_passes_ ? draft_pass_.value() : 1.0);
+        const double fitted = verify_fit_units(n);
+        return fitted < 0.0 ? 1.0 : fitted * (cost_unit_ == CostUnit::draft_passes ? draft_pass_.value() : 1.0);
     }
     // The fitted cost (in the cost unit) of a measured width, else linear
     // between the nearest measured widths (or along the last measured slope; a
     // flat line from one point); -1 before any width was measured.
-    [[nodiscard]] double verify_fit_passes(std::size_t n) const {
+    [[nodiscard]] double verify_fit_units(std::size_t n) const {
         const std::vector<double>& v = verify_fit_;
         if (n < v.size() && v[n] >= 0.0) return v[n];
         std::size_t below = 0, above = 0;
@@ -438,8 +436,8 @@ private:
     bool stopping_ = false;
     double target_rate_ = 0.0;
     double kept_probability_ = 1.0;
-    bool cost_unit_chosen_ = false;       // at the first verified step:
-    bool costs_in_draft_passes_ = false;  // V(n) in draft passes (else seconds)
+    enum class CostUnit { undecided, draft_passes, seconds };
+    CostUnit cost_unit_ = CostUnit::undecided;  // of V(n), chosen at the first verified step
     std::vector<double> tested_, accepted_;
     std::array<double, kBins> bin_tested_{}, bin_accepted_{}, bin_formed_{};
     std::vector<float> top_probabilities_;
