@@ -307,11 +307,17 @@ TEST_CASE("a time budget runs whole rounds while the next one is expected to fit
     CHECK(rounds_of(run_configurations(pair.draft, pair.target, prompt, settings)) == 2);
     settings.min_repetitions = 1;
     CHECK(rounds_of(run_configurations(pair.draft, pair.target, prompt, settings)) == 1);
-    // Rounds of at least 0.4 s (0.2 s after each temperature's generations)
-    // in a 1 s budget: the second starts (0.4 s + 0.4 s fit), a third would not.
-    const auto slow_round = [] { std::this_thread::sleep_for(std::chrono::milliseconds(200)); };
-    settings.time_budget_seconds = 1.0;
+    // Rounds of 0.8 s and a little more (0.4 s after each temperature's
+    // generations) in a 2.2 s budget, with no minimum beyond one round: the
+    // budget alone admits the second (two rounds fit unless the first overran
+    // its sleeps by 0.3 s) and refuses the third (three rounds take at least
+    // 2.4 s). The margin is wide because a loaded machine running the
+    // sanitized suite oversleeps: 0.4 s rounds in a 1 s budget once ran one.
+    const auto slow_round = [] { std::this_thread::sleep_for(std::chrono::milliseconds(400)); };
+    settings.time_budget_seconds = 2.2;
+    settings.min_repetitions = 1;
     CHECK(rounds_of(run_configurations(pair.draft, pair.target, prompt, settings, {}, slow_round)) == 2);
+    settings.min_repetitions = 2;
     // A budget everything fits in, and none: the most.
     settings.time_budget_seconds = 1e6;
     CHECK(rounds_of(run_configurations(pair.draft, pair.target, prompt, settings)) == 5);
