@@ -17,11 +17,10 @@ using specdec::DistributionRows;
 using specdec::DraftProposal;
 using specdec::RandomPurpose;
 using specdec::Token;
+using specdec::test::kControlSignificance;
+using specdec::test::kExactSignificance;
 
 namespace {
-
-constexpr double kExactSignificance = 1e-3;
-constexpr double kControlSignificance = 1e-6;
 
 // Random distributions with a realistic spread: softmax of scaled Gaussians.
 std::vector<float> random_rows(std::size_t rows, std::size_t vocab, std::uint64_t seed, double scale) {

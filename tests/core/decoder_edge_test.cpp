@@ -23,7 +23,7 @@ using specdec::test::ToyLMOptions;
 
 namespace {
 
-ToyLMOptions target_options(std::size_t context = 512) { return {.vocab = 20, .seed = 8, .sharpness = 1.5, .context = context}; }
+ToyLMOptions edge_target_options(std::size_t context = 512) { return {.vocab = 20, .seed = 8, .sharpness = 1.5, .context = context}; }
 ToyLMOptions noisy_draft_options(std::size_t context = 512) {
     return {.vocab = 20, .seed = 8, .sharpness = 1.5, .noise_seed = 2, .noise = 0.7, .context = context};
 }
@@ -67,7 +67,7 @@ TEST_CASE("a stop token inside an accepted block ends the step there and counts 
         for (std::uint64_t seed = 1; seed < 40 && !found; ++seed) {
             const std::vector<Token> prompt{static_cast<Token>(seed % 20), 3};
             const DecodingOptions plain{.draft_tokens = 4, .sampling = {.temperature = temperature}, .seed = seed, .max_new_tokens = 30};
-            ToyLM t0(target_options()), d0(target_options());
+            ToyLM t0(edge_target_options()), d0(edge_target_options());
             Decoder unstopped(specdec::target(t0), specdec::draft(d0), plain);
             unstopped.prefill(prompt);
             const auto block = unstopped.step().tokens;
@@ -77,7 +77,7 @@ TEST_CASE("a stop token inside an accepted block ends the step there and counts 
 
             DecodingOptions stopping = plain;
             stopping.stop_tokens = {block[1]};
-            ToyLM target(target_options()), draft(target_options());
+            ToyLM target(edge_target_options()), draft(edge_target_options());
             Decoder decoder(specdec::target(target), specdec::draft(draft), stopping);
             decoder.prefill(prompt);
             const specdec::StepResult step = decoder.step();
@@ -97,7 +97,7 @@ TEST_CASE("a stop token inside an accepted block ends the step there and counts 
             CHECK(std::equal(committed.begin(), committed.end() - 1, target.cache().begin()));
 
             // generate() reports the same.
-            ToyLM target2(target_options()), draft2(target_options());
+            ToyLM target2(edge_target_options()), draft2(edge_target_options());
             const auto whole = Decoder(specdec::target(target2), specdec::draft(draft2), stopping).generate(prompt);
             CHECK(whole.tokens == step.tokens);
             CHECK(whole.stop_reason == StopReason::stop_token);
@@ -107,7 +107,7 @@ TEST_CASE("a stop token inside an accepted block ends the step there and counts 
             // Continuing past the stop: the next steps give what a fresh decoder
             // gives for the committed sequence (the randomness is per position).
             DecodingOptions continuing = plain;
-            ToyLM fresh_target(target_options()), fresh_draft(target_options());
+            ToyLM fresh_target(edge_target_options()), fresh_draft(edge_target_options());
             Decoder fresh(specdec::target(fresh_target), specdec::draft(fresh_draft), continuing);
             fresh.prefill(committed);
             const auto expected = fresh.step().tokens;
@@ -120,7 +120,7 @@ TEST_CASE("a stop token inside an accepted block ends the step there and counts 
 
 TEST_CASE("a callback that stops inside an accepted block counts only the emitted drafts", "[decoder][edge]") {
     for (const double temperature : {0.0, 1.0}) {
-        ToyLM target(target_options()), draft(target_options());
+        ToyLM target(edge_target_options()), draft(edge_target_options());
         Decoder decoder(specdec::target(target), specdec::draft(draft),
                         {.draft_tokens = 6, .sampling = {.temperature = temperature}, .seed = 5, .max_new_tokens = 40});
         decoder.prefill(std::vector<Token>{4, 4, 1});
@@ -138,7 +138,7 @@ TEST_CASE("a callback that stops inside an accepted block counts only the emitte
 TEST_CASE("max_new_tokens inside a block: a step drafts at most max_tokens - 1 and emits at most max_tokens", "[decoder][edge]") {
     // An always-accepting draft would emit k + 1 = 5 tokens a step without the clamp.
     for (std::size_t limit = 1; limit <= 7; ++limit) {
-        ToyLM target(target_options()), draft(target_options());
+        ToyLM target(edge_target_options()), draft(edge_target_options());
         Decoder decoder(specdec::target(target), specdec::draft(draft), {.draft_tokens = 4, .seed = 2, .max_new_tokens = 50});
         decoder.prefill(std::vector<Token>{1, 2});
         const auto step = decoder.step(limit);
@@ -147,7 +147,7 @@ TEST_CASE("max_new_tokens inside a block: a step drafts at most max_tokens - 1 a
         CHECK(step.stats.draft_tokens_proposed == std::min<std::size_t>(limit - 1, 4));
         CHECK(step.stats.draft_tokens_accepted == std::min<std::size_t>(limit - 1, 4));
     }
-    ToyLM target(target_options()), draft(target_options());
+    ToyLM target(edge_target_options()), draft(edge_target_options());
     const auto result = Decoder(specdec::target(target), specdec::draft(draft), {.draft_tokens = 4, .seed = 2, .max_new_tokens = 7})
                             .generate(std::vector<Token>{1, 2});
     CHECK(result.tokens.size() == 7);
@@ -183,10 +183,10 @@ TEST_CASE("a draft model with a shorter context than the target's stops drafting
     for (const std::size_t prompt_length : {3, 12}) {
         std::vector<Token> prompt;
         for (std::size_t i = 0; i < prompt_length; ++i) prompt.push_back(static_cast<Token>((i * 7) % 20));
-        ToyLM reference(target_options(64));
+        ToyLM reference(edge_target_options(64));
         const auto expected = specdec::AutoregressiveDecoder(reference, {.sampling = {.temperature = 0.0}, .max_new_tokens = 30})
                                   .generate(prompt);
-        ToyLM target(target_options(64)), draft(noisy_draft_options(8));
+        ToyLM target(edge_target_options(64)), draft(noisy_draft_options(8));
         const auto result = Decoder(specdec::target(target), specdec::draft(draft),
                                     {.draft_tokens = 4, .sampling = {.temperature = 0.0}, .max_new_tokens = 30})
                                 .generate(prompt);
@@ -223,9 +223,9 @@ TEST_CASE("prompts of context - 1 and context tokens: the last positions are gen
             std::vector<Token> prompt;
             for (std::size_t i = 0; i < prompt_length; ++i) prompt.push_back(static_cast<Token>((i * 3) % 20));
             const DecodingOptions options{.draft_tokens = 4, .sampling = {.temperature = temperature}, .seed = 7, .max_new_tokens = 10};
-            ToyLM reference(target_options(kContext));
+            ToyLM reference(edge_target_options(kContext));
             const auto expected = specdec::AutoregressiveDecoder(reference, options).generate(prompt);
-            ToyLM target(target_options(kContext)), draft(noisy_draft_options(kContext));
+            ToyLM target(edge_target_options(kContext)), draft(noisy_draft_options(kContext));
             Decoder decoder(specdec::target(target), specdec::draft(draft), options);
             const auto result = decoder.generate(prompt);
             INFO("temperature " << temperature << ", prompt length " << prompt_length);
@@ -243,14 +243,14 @@ TEST_CASE("prompts of context - 1 and context tokens: the last positions are gen
             else CHECK(result.stats.draft_tokens_proposed == 1);
         }
     }
-    ToyLM target(target_options(kContext)), draft(noisy_draft_options(kContext));
+    ToyLM target(edge_target_options(kContext)), draft(noisy_draft_options(kContext));
     Decoder decoder(specdec::target(target), specdec::draft(draft));
     CHECK_THROWS_WITH(decoder.generate(std::vector<Token>(kContext + 1, 1)), Catch::Contains("context holds only 16"));
 }
 
 TEST_CASE("after every step the draft catches up to exactly the committed sequence before drafting", "[decoder][edge][rollback]") {
     for (const double temperature : {0.0, 1.0}) {
-        ToyLM target(target_options());
+        ToyLM target(edge_target_options());
         RecordingLM draft(noisy_draft_options());
         constexpr std::size_t k = 5;
         specdec::SpeculativeDecoder<ToyLM, RecordingLM> decoder(

@@ -39,8 +39,8 @@ namespace {
 
 // Target and a draft correlated with it (the same logits plus seeded noise),
 // so that deep draft positions are reached and accepted often.
-ToyLMOptions target_options(std::size_t vocab) { return {.vocab = vocab, .seed = 5, .sharpness = 1.2}; }
-ToyLMOptions draft_options(std::size_t vocab, double noise = 0.5) {
+ToyLMOptions exactness_target_options(std::size_t vocab) { return {.vocab = vocab, .seed = 5, .sharpness = 1.2}; }
+ToyLMOptions exactness_draft_options(std::size_t vocab, double noise = 0.5) {
     return {.vocab = vocab, .seed = 5, .sharpness = 1.2, .noise_seed = 99, .noise = noise};
 }
 
@@ -69,7 +69,7 @@ private:
     std::vector<float> logits_;
 };
 
-constexpr std::size_t kSamples = 20000;
+constexpr std::size_t kExactnessSamples = 20000;
 
 // k drafts a step, `length` tokens, one decoder per seed.
 template <class Rule = specdec::TokenwiseRejection, class Target, class Draft>
@@ -159,7 +159,7 @@ private:
 
 // A period-9 pattern over 3 tokens, repeated: prompt lookup then proposes 8
 // tokens (the continuation of the previous period) at the first step.
-const std::vector<Token> kLookupPrompt{0, 1, 1, 2, 0, 2, 2, 1, 0, 0, 1, 1, 2, 0, 2, 2, 1, 0};
+const std::vector<Token> kExactnessLookupPrompt{0, 1, 1, 2, 0, 2, 2, 1, 0, 0, 1, 1, 2, 0, 2, 2, 1, 0};
 
 }  // namespace
 
@@ -167,7 +167,7 @@ TEST_CASE("prompt lookup proposes all 8 positions on the exactness prompt", "[ex
     specdec::PromptLookupDrafter drafter({.min_ngram = 1, .max_ngram = 3});
     const SamplingOptions sampling{};
     const specdec::CounterRng rng{1};
-    const auto proposal = drafter.propose({kLookupPrompt, 8, sampling, rng});
+    const auto proposal = drafter.propose({kExactnessLookupPrompt, 8, sampling, rng});
     CHECK(proposal.size() == 8);
 }
 
@@ -177,14 +177,14 @@ TEST_CASE("token-wise rejection sampling is exact at every draft position (k = 4
         std::vector<Token> prompt;
     };
     for (const Case& c : {Case{3, 4, {1, 2}}, Case{2, 8, {1, 0}}}) {
-        ToyLM target(target_options(c.vocab)), draft(draft_options(c.vocab));
+        ToyLM target(exactness_target_options(c.vocab)), draft(exactness_draft_options(c.vocab));
         const SamplingOptions sampling{.temperature = 1.0};
         const ExactnessSetup setup{.name = "token-wise, vocab " + std::to_string(c.vocab) + ", k " + std::to_string(c.k),
                                    .prompt = c.prompt,
                                    .vocab = c.vocab,
                                    .length = c.k + 1,
                                    .draft_tokens = c.k,
-                                   .samples = kSamples,
+                                   .samples = kExactnessSamples,
                                    .target = reference_conditional(target, sampling)};
         const auto report = run_exactness(setup, speculative_run(target, draft, c.k, sampling, setup.length, setup.prompt));
         check_exact(report, c.k);
@@ -204,7 +204,7 @@ TEST_CASE("the sampling transforms and their combinations are exact against the 
     };
     constexpr std::size_t kVocab = 5, k = 3;
     for (const SamplingOptions& sampling : transforms) {
-        ToyLM target(target_options(kVocab)), draft(draft_options(kVocab));
+        ToyLM target(exactness_target_options(kVocab)), draft(exactness_draft_options(kVocab));
         std::ostringstream name;
         name << "vocab 5, k 3, T " << sampling.temperature << " top_k " << sampling.top_k << " top_p " << sampling.top_p
              << " min_p " << sampling.min_p;
@@ -213,7 +213,7 @@ TEST_CASE("the sampling transforms and their combinations are exact against the 
                                    .vocab = kVocab,
                                    .length = k + 1,
                                    .draft_tokens = k,
-                                   .samples = kSamples,
+                                   .samples = kExactnessSamples,
                                    .target = reference_conditional(target, sampling)};
         check_exact(run_exactness(setup, speculative_run(target, draft, k, sampling, setup.length, setup.prompt)), k);
     }
@@ -221,12 +221,12 @@ TEST_CASE("the sampling transforms and their combinations are exact against the 
 
 TEST_CASE("autoregressive sampling passes the same harness (the baseline is exact too)", "[exactness][decoder]") {
     for (const SamplingOptions& sampling : {SamplingOptions{.temperature = 1.0}, SamplingOptions{.temperature = 1.3, .top_k = 4, .top_p = 0.85, .min_p = 0.1}}) {
-        ToyLM target(target_options(5));
+        ToyLM target(exactness_target_options(5));
         const ExactnessSetup setup{.name = "autoregressive",
                                    .prompt = {1, 3},
                                    .vocab = 5,
                                    .length = 4,
-                                   .samples = kSamples,
+                                   .samples = kExactnessSamples,
                                    .target = reference_conditional(target, sampling)};
         check_exact(run_exactness(setup,
                                   [&](std::uint64_t seed) {
@@ -240,14 +240,14 @@ TEST_CASE("autoregressive sampling passes the same harness (the baseline is exac
 
 TEST_CASE("prompt lookup (point-mass drafts) is exact with all 8 draft positions reached", "[exactness][decoder]") {
     for (const SamplingOptions& sampling : {SamplingOptions{.temperature = 1.0}, SamplingOptions{.temperature = 0.7, .top_k = 2}}) {
-        ToyLM target(target_options(3));
+        ToyLM target(exactness_target_options(3));
         specdec::PromptLookupDrafter drafter({.min_ngram = 1, .max_ngram = 3});
         const ExactnessSetup setup{.name = "prompt lookup, vocab 3, k 8",
-                                   .prompt = kLookupPrompt,
+                                   .prompt = kExactnessLookupPrompt,
                                    .vocab = 3,
                                    .length = 9,
                                    .draft_tokens = 8,
-                                   .samples = kSamples,
+                                   .samples = kExactnessSamples,
                                    .target = reference_conditional(target, sampling)};
         const auto report = run_exactness(setup, speculative_run(target, drafter, 8, sampling, 9, setup.prompt));
         check_exact(report, 8);
@@ -256,14 +256,14 @@ TEST_CASE("prompt lookup (point-mass drafts) is exact with all 8 draft positions
 }
 
 TEST_CASE("negative control: a residual bug only at draft positions >= 2 is caught", "[exactness][decoder][negative-control]") {
-    ToyLM target(target_options(3)), draft(draft_options(3));
+    ToyLM target(exactness_target_options(3)), draft(exactness_draft_options(3));
     const SamplingOptions sampling{.temperature = 1.0};
     const ExactnessSetup setup{.name = "residual from p at positions >= 2",
                                .prompt = {1, 2},
                                .vocab = 3,
                                .length = 5,
                                .draft_tokens = 4,
-                               .samples = kSamples,
+                               .samples = kExactnessSamples,
                                .target = reference_conditional(target, sampling)};
     check_caught(run_exactness(setup, speculative_run<ResidualBugFromPosition2>(target, draft, 4, sampling, 5, setup.prompt)), 4);
 }
@@ -283,14 +283,14 @@ TEST_CASE("negative control: a top-p boundary that drops the token crossing top_
             if (r > 0 && mass >= kTopP) row[order[r]] = -std::numeric_limits<float>::infinity();
         }
     };
-    TransformedLM target(target_options(5), wrong_top_p), draft(draft_options(5), wrong_top_p);
-    const ToyLM reference_model(target_options(5));
+    TransformedLM target(exactness_target_options(5), wrong_top_p), draft(exactness_draft_options(5), wrong_top_p);
+    const ToyLM reference_model(exactness_target_options(5));
     const ExactnessSetup setup{.name = "top-p boundary off by one",
                                .prompt = {1, 3},
                                .vocab = 5,
                                .length = 4,
                                .draft_tokens = 3,
-                               .samples = kSamples,
+                               .samples = kExactnessSamples,
                                .target = reference_conditional(reference_model, {.temperature = 1.0, .top_p = kTopP})};
     check_caught(run_exactness(setup, speculative_run(target, draft, 3, {.temperature = 1.0}, 4, setup.prompt)), 3);
 }
@@ -300,28 +300,28 @@ TEST_CASE("negative control: a temperature applied to the draft only is caught",
     auto scale = [](std::span<float> row) {
         for (float& x : row) x = static_cast<float>(x / 0.6);
     };
-    ToyLM target(target_options(5));
-    TransformedLM draft(draft_options(5), scale);
+    ToyLM target(exactness_target_options(5));
+    TransformedLM draft(exactness_draft_options(5), scale);
     const ExactnessSetup setup{.name = "temperature on the draft only",
                                .prompt = {1, 3},
                                .vocab = 5,
                                .length = 4,
                                .draft_tokens = 3,
-                               .samples = kSamples,
+                               .samples = kExactnessSamples,
                                .target = reference_conditional(target, {.temperature = 0.6})};
     check_caught(run_exactness(setup, speculative_run(target, draft, 3, {.temperature = 1.0}, 4, setup.prompt)), 3);
 }
 
 TEST_CASE("negative control: a point-mass residual that keeps the drafted token is caught", "[exactness][decoder][negative-control]") {
-    ToyLM target(target_options(3));
+    ToyLM target(exactness_target_options(3));
     specdec::PromptLookupDrafter drafter({.min_ngram = 1, .max_ngram = 3});
     const SamplingOptions sampling{.temperature = 1.0};
     const ExactnessSetup setup{.name = "point-mass residual keeps the draft",
-                               .prompt = kLookupPrompt,
+                               .prompt = kExactnessLookupPrompt,
                                .vocab = 3,
                                .length = 9,
                                .draft_tokens = 8,
-                               .samples = kSamples,
+                               .samples = kExactnessSamples,
                                .target = reference_conditional(target, sampling)};
     check_caught(run_exactness(setup, speculative_run<PointMassResidualKeepsDraft>(
                                           target, drafter, 8, sampling, 9, setup.prompt)),
@@ -329,15 +329,15 @@ TEST_CASE("negative control: a point-mass residual that keeps the drafted token 
 }
 
 TEST_CASE("negative controls: drafting the argmax, or sampling a warped q while reporting the unwarped one, is caught", "[exactness][decoder][negative-control]") {
-    ToyLM target(target_options(5));
-    const ToyLM draft_model(draft_options(5));
+    ToyLM target(exactness_target_options(5));
+    const ToyLM draft_model(exactness_draft_options(5));
     const SamplingOptions sampling{.temperature = 1.0};
     const ExactnessSetup setup{.name = "argmax drafter reporting q",
                                .prompt = {1, 3},
                                .vocab = 5,
                                .length = 4,
                                .draft_tokens = 3,
-                               .samples = kSamples,
+                               .samples = kExactnessSamples,
                                .target = reference_conditional(target, sampling)};
     ArgmaxDrafterReportingQ argmax(draft_model);
     check_caught(run_exactness(setup, speculative_run(target, argmax, 3, sampling, 4, setup.prompt)), 3);

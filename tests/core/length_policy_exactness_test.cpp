@@ -31,18 +31,18 @@ using specdec::test::kExactSignificance;
 constexpr std::size_t kVocab = 3;
 constexpr std::size_t kLength = 5;
 constexpr std::size_t kCells = kVocab * kVocab * kVocab * kVocab * kVocab;
-constexpr std::size_t kSamples = 30000;
+constexpr std::size_t kPolicySamples = 30000;
 
-ToyLMOptions target_options() { return {.vocab = kVocab, .seed = 5, .sharpness = 1.2}; }
-ToyLMOptions draft_options() { return {.vocab = kVocab, .seed = 5, .sharpness = 1.2, .noise_seed = 99, .noise = 1.0}; }
+ToyLMOptions policy_target_options() { return {.vocab = kVocab, .seed = 5, .sharpness = 1.2}; }
+ToyLMOptions policy_draft_options() { return {.vocab = kVocab, .seed = 5, .sharpness = 1.2, .noise_seed = 99, .noise = 1.0}; }
 
-const std::vector<Token> kPrompt{1, 2};
+const std::vector<Token> kPolicyPrompt{1, 2};
 
 std::vector<double> exact_sequence_distribution(const SamplingOptions& sampling, const ToyLM& target) {
     std::vector<double> expected(kCells, 0.0);
     std::vector<float> p(kVocab);
     for (std::size_t cell = 0; cell < kCells; ++cell) {
-        std::vector<Token> sequence = kPrompt;
+        std::vector<Token> sequence = kPolicyPrompt;
         double probability = 1.0;
         std::size_t code = cell;
         for (std::size_t i = 0; i < kLength; ++i) {
@@ -69,10 +69,10 @@ struct SequenceResult {
 // the first tokens with the library's exact distribution.
 template <class MakeDecoder>
 SequenceResult sequence_test(const SamplingOptions& sampling, std::size_t samples, MakeDecoder make_decoder,
-                             const ToyLM& reference = ToyLM(target_options()), std::size_t draft_tokens = 4) {
+                             const ToyLM& reference = ToyLM(policy_target_options()), std::size_t draft_tokens = 4) {
     std::vector<std::size_t> first(kVocab, 0);
     const specdec::test::ExactnessSetup setup{.name = "sequences",
-                                              .prompt = kPrompt,
+                                              .prompt = kPolicyPrompt,
                                               .vocab = kVocab,
                                               .length = kLength,
                                               .draft_tokens = draft_tokens,
@@ -81,7 +81,7 @@ SequenceResult sequence_test(const SamplingOptions& sampling, std::size_t sample
                                               .target = specdec::test::reference_conditional(reference, sampling)};
     const specdec::test::ExactnessReport report = specdec::test::run_exactness(setup, [&](std::uint64_t seed) {
         auto decoder = make_decoder(DecodingOptions{.sampling = sampling, .seed = seed, .max_new_tokens = kLength});
-        const auto result = decoder->generate(kPrompt);
+        const auto result = decoder->generate(kPolicyPrompt);
         REQUIRE(result.tokens.size() == kLength);
         ++first[static_cast<std::size_t>(result.tokens[0])];
         return specdec::test::sampled_run(result);
@@ -144,9 +144,9 @@ struct SharedAutoLength {
 
 template <class Rule, class Policy>
 SequenceResult decoder_test(const SamplingOptions& sampling, std::size_t k, Policy policy) {
-    ToyLM target(target_options()), draft(draft_options());
+    ToyLM target(policy_target_options()), draft(policy_draft_options());
     return sequence_test(
-        sampling, kSamples,
+        sampling, kPolicySamples,
         [&](DecodingOptions options) {
         options.draft_tokens = k;
         return std::make_unique<specdec::SpeculativeDecoder<ToyLM, ToyLM, Rule, Policy>>(
@@ -242,7 +242,7 @@ TEST_CASE("negative controls: a block rule with the token-wise residual and a po
     // difference is small, hence more samples.
     ToyLM flat_target({.vocab = kVocab, .seed = 5, .sharpness = 0.8});
     ToyLM noisy_draft({.vocab = kVocab, .seed = 5, .sharpness = 0.8, .noise_seed = 99, .noise = 2.0});
-    const auto residual = sequence_test(sampling, 8 * kSamples, [&](DecodingOptions options) {
+    const auto residual = sequence_test(sampling, 8 * kPolicySamples, [&](DecodingOptions options) {
         options.draft_tokens = 4;
         return std::make_unique<specdec::SpeculativeDecoder<ToyLM, ToyLM, BlockWithTokenwiseResidual>>(
             specdec::target(flat_target), specdec::draft(noisy_draft), options);
@@ -250,8 +250,8 @@ TEST_CASE("negative controls: a block rule with the token-wise residual and a po
     INFO("block with the token-wise residual: sequences p " << residual.sequences.p_value << ", first token p "
                                                              << residual.first_token.p_value);
     CHECK(residual.sequences.p_value < kControlSignificance);
-    ToyLM target(target_options()), draft(draft_options());
-    const auto peeking = sequence_test(sampling, kSamples, [&](DecodingOptions options) {
+    ToyLM target(policy_target_options()), draft(policy_draft_options());
+    const auto peeking = sequence_test(sampling, kPolicySamples, [&](DecodingOptions options) {
         options.draft_tokens = 4;
         return std::make_unique<specdec::SpeculativeDecoder<ToyLM, ToyLM, specdec::TokenwiseRejection, PeeksAtAcceptanceUniform>>(
             specdec::target(target), specdec::draft(draft), options, specdec::TokenwiseRejection{},
@@ -263,13 +263,13 @@ TEST_CASE("negative controls: a block rule with the token-wise residual and a po
 
 TEST_CASE("at temperature 0 every rule and length policy reproduces greedy decoding exactly", "[decoder][greedy][length-policy]") {
     const DecodingOptions options{.draft_tokens = 5, .sampling = {.temperature = 0.0}, .seed = 3, .max_new_tokens = 60};
-    ToyLM target(target_options()), draft(draft_options());
-    const auto reference = specdec::AutoregressiveDecoder<ToyLM>(target, options).generate(kPrompt).tokens;
+    ToyLM target(policy_target_options()), draft(policy_draft_options());
+    const auto reference = specdec::AutoregressiveDecoder<ToyLM>(target, options).generate(kPolicyPrompt).tokens;
     auto check = [&](auto rule, auto policy, const char* what) {
         specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options, rule, policy);
         for (int run = 0; run < 3; ++run) {  // later runs use what AutoLength learned
             INFO(what << ", run " << run);
-            CHECK(decoder.generate(kPrompt).tokens == reference);
+            CHECK(decoder.generate(kPolicyPrompt).tokens == reference);
         }
     };
     check(specdec::TokenwiseRejection{}, specdec::FixedLength{}, "token-wise, fixed");
@@ -281,13 +281,13 @@ TEST_CASE("at temperature 0 every rule and length policy reproduces greedy decod
 }
 
 TEST_CASE("the confidence stop shortens drafts and the statistics count the chosen lengths", "[decoder][length-policy]") {
-    ToyLM target(target_options()), draft(draft_options());
+    ToyLM target(policy_target_options()), draft(policy_draft_options());
     const DecodingOptions options{.draft_tokens = 4, .sampling = {.temperature = 1.0}, .seed = 9, .max_new_tokens = 200};
     specdec::SpeculativeDecoder fixed(specdec::target(target), specdec::draft(draft), options);
-    const auto all = fixed.generate(kPrompt).stats;
+    const auto all = fixed.generate(kPolicyPrompt).stats;
     specdec::SpeculativeDecoder stopping(specdec::target(target), specdec::draft(draft), options,
                                          specdec::TokenwiseRejection{}, specdec::ConfidenceStop{.min_top_probability = 1.0});
-    const auto one = stopping.generate(kPrompt).stats;
+    const auto one = stopping.generate(kPolicyPrompt).stats;
     std::size_t steps = 0;
     for (const std::size_t count : one.draft_length_counts) steps += count;
     CHECK(steps == one.target_forward_passes);
@@ -298,7 +298,7 @@ TEST_CASE("the confidence stop shortens drafts and the statistics count the chos
     CHECK_THROWS_WITH(
         specdec::SpeculativeDecoder(specdec::target(target), specdec::draft(draft), options, specdec::TokenwiseRejection{},
                                     specdec::ConfidenceStop{.min_top_probability = 1.5})
-            .generate(kPrompt),
+            .generate(kPolicyPrompt),
         Catch::Contains("min_top_probability = 1.5"));
 }
 

@@ -61,7 +61,7 @@ struct WrongWidthDrafter {
     }
 };
 
-const std::vector<Token> kPrompt{1, 2, 3};
+const std::vector<Token> kMisusePrompt{1, 2, 3};
 
 }  // namespace
 
@@ -71,16 +71,16 @@ TEST_CASE("an adapter whose forward returns the wrong number of rows is reported
         const specdec::DecodingOptions options{.sampling = {.temperature = temperature}, .max_new_tokens = 8};
         FaultyAdapter bad_target(10, Fault::one_row_short), good_draft(10, Fault::none);
         specdec::SpeculativeDecoder with_bad_target(specdec::target(bad_target), specdec::draft(good_draft), options);
-        CHECK_THROWS_WITH(with_bad_target.generate(kPrompt),
+        CHECK_THROWS_WITH(with_bad_target.generate(kMisusePrompt),
                           Catch::Contains("model forward returned") && Catch::Contains("expected one row per token"));
         FaultyAdapter good_target(10, Fault::none), bad_draft(10, Fault::one_row_short);
         specdec::SpeculativeDecoder with_bad_draft(specdec::target(good_target), specdec::draft(bad_draft), options);
-        CHECK_THROWS_WITH(with_bad_draft.generate(kPrompt),
+        CHECK_THROWS_WITH(with_bad_draft.generate(kMisusePrompt),
                           Catch::Contains("model forward returned") && Catch::Contains("expected one row per token"));
         FaultyAdapter bad_alone(10, Fault::one_row_short);
         specdec::AutoregressiveDecoder autoregressive(bad_alone, options);
         // The prefill runs the prompt but its last token: one row short of 2.
-        CHECK_THROWS_WITH(autoregressive.generate(kPrompt), Catch::Contains("model forward returned 1 logits rows for 2 tokens"));
+        CHECK_THROWS_WITH(autoregressive.generate(kMisusePrompt), Catch::Contains("model forward returned 1 logits rows for 2 tokens"));
     }
 }
 
@@ -91,14 +91,14 @@ TEST_CASE("an adapter whose logits rows are narrower or wider than its vocabular
             FaultyAdapter bad_target(10, fault), good_draft(10, Fault::none);
             specdec::SpeculativeDecoder with_bad_target(specdec::target(bad_target), specdec::draft(good_draft), options);
             const char* width = fault == Fault::narrow_rows ? "logits rows of 9 values" : "logits rows of 11 values";
-            CHECK_THROWS_WITH(with_bad_target.generate(kPrompt),
+            CHECK_THROWS_WITH(with_bad_target.generate(kMisusePrompt),
                               Catch::Contains(width) && Catch::Contains("expected vocab_size() = 10"));
             FaultyAdapter good_target(10, Fault::none), bad_draft(10, fault);
             specdec::SpeculativeDecoder with_bad_draft(specdec::target(good_target), specdec::draft(bad_draft), options);
-            CHECK_THROWS_WITH(with_bad_draft.generate(kPrompt), Catch::Contains(width));
+            CHECK_THROWS_WITH(with_bad_draft.generate(kMisusePrompt), Catch::Contains(width));
             FaultyAdapter bad_alone(10, fault);
             specdec::AutoregressiveDecoder autoregressive(bad_alone, options);
-            CHECK_THROWS_WITH(autoregressive.generate(kPrompt), Catch::Contains(width));
+            CHECK_THROWS_WITH(autoregressive.generate(kMisusePrompt), Catch::Contains(width));
         }
     }
 }
@@ -107,7 +107,7 @@ TEST_CASE("a drafter whose distributions have the wrong width is reported", "[er
     ToyLM target({.vocab = 10});
     WrongWidthDrafter drafter{12};
     specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(drafter), {.draft_tokens = 2, .sampling = {.temperature = 1.0}});
-    CHECK_THROWS_WITH(decoder.generate(kPrompt), Catch::Contains("draft distributions have vocabulary 12 but the target has 10"));
+    CHECK_THROWS_WITH(decoder.generate(kMisusePrompt), Catch::Contains("draft distributions have vocabulary 12 but the target has 10"));
 }
 
 TEST_CASE("a drafter proposing a negative id is reported", "[errors][misuse]") {
@@ -117,7 +117,7 @@ TEST_CASE("a drafter proposing a negative id is reported", "[errors][misuse]") {
     } drafter;
     ToyLM target({.vocab = 10});
     specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(drafter), {.draft_tokens = 2});
-    CHECK_THROWS_WITH(decoder.generate(kPrompt), Catch::Contains("draft token -1 is outside the target vocabulary [0, 10)"));
+    CHECK_THROWS_WITH(decoder.generate(kMisusePrompt), Catch::Contains("draft token -1 is outside the target vocabulary [0, 10)"));
 }
 
 TEST_CASE("non-finite logits name the model and the position of the token they predict", "[errors][misuse]") {
@@ -127,13 +127,13 @@ TEST_CASE("non-finite logits name the model and the position of the token they p
         const specdec::DecodingOptions options{.draft_tokens = 3, .sampling = {.temperature = temperature}, .max_new_tokens = 20};
         ToyLM bad_target({.vocab = 10, .nan_at_position = 4}), draft({.vocab = 10});
         specdec::SpeculativeDecoder with_bad_target(specdec::target(bad_target), specdec::draft(draft), options);
-        CHECK_THROWS_WITH(with_bad_target.generate(kPrompt), Catch::Contains("target model logits at position 5 contain NaN at token 0"));
+        CHECK_THROWS_WITH(with_bad_target.generate(kMisusePrompt), Catch::Contains("target model logits at position 5 contain NaN at token 0"));
         ToyLM target({.vocab = 10}), bad_draft({.vocab = 10, .nan_at_position = 4});
         specdec::SpeculativeDecoder with_bad_draft(specdec::target(target), specdec::draft(bad_draft), options);
-        CHECK_THROWS_WITH(with_bad_draft.generate(kPrompt), Catch::Contains("draft model logits at position 5 contain NaN"));
+        CHECK_THROWS_WITH(with_bad_draft.generate(kMisusePrompt), Catch::Contains("draft model logits at position 5 contain NaN"));
         ToyLM bad_alone({.vocab = 10, .nan_at_position = 4});
         specdec::AutoregressiveDecoder autoregressive(bad_alone, options);
-        CHECK_THROWS_WITH(autoregressive.generate(kPrompt), Catch::Contains("target model logits at position 5 contain NaN"));
+        CHECK_THROWS_WITH(autoregressive.generate(kMisusePrompt), Catch::Contains("target model logits at position 5 contain NaN"));
     }
 }
 

@@ -14,8 +14,8 @@ using specdec::test::ToyLM;
 using specdec::test::ToyLMOptions;
 
 namespace {
-ToyLMOptions target_options() { return {.vocab = 20, .seed = 8, .sharpness = 1.5}; }
-ToyLMOptions draft_options() { return {.vocab = 20, .seed = 8, .sharpness = 1.5, .noise_seed = 2, .noise = 0.6}; }
+ToyLMOptions session_target_options() { return {.vocab = 20, .seed = 8, .sharpness = 1.5}; }
+ToyLMOptions session_draft_options() { return {.vocab = 20, .seed = 8, .sharpness = 1.5, .noise_seed = 2, .noise = 0.6}; }
 
 using Decoder = specdec::SpeculativeDecoder<ToyLM, ToyLM>;
 }  // namespace
@@ -26,7 +26,7 @@ TEST_CASE("target and draft cannot be swapped or passed without their roles", "[
     static_assert(!std::is_constructible_v<Decoder, ToyLM&, ToyLM&>);
     // Temporaries would dangle: the role helpers refuse them.
     static_assert(!std::is_invocable_v<decltype([](auto&& m) -> decltype(specdec::target(std::move(m))) {}), ToyLM>);
-    ToyLM target(target_options()), draft(draft_options());
+    ToyLM target(session_target_options()), draft(session_draft_options());
     Decoder decoder(specdec::target(target), specdec::draft(draft), {.max_new_tokens = 4});
     CHECK(decoder.generate(std::vector<Token>{1, 2}).tokens.size() == 4);
 }
@@ -34,11 +34,11 @@ TEST_CASE("target and draft cannot be swapped or passed without their roles", "[
 TEST_CASE("prefill then steps produce exactly what generate produces", "[session][api]") {
     const std::vector<Token> prompt{3, 1, 4, 1, 5};
     const specdec::DecodingOptions options{.draft_tokens = 4, .seed = 11, .max_new_tokens = 40};
-    ToyLM target_a(target_options()), draft_a(draft_options());
+    ToyLM target_a(session_target_options()), draft_a(session_draft_options());
     Decoder whole(specdec::target(target_a), specdec::draft(draft_a), options);
     const auto expected = whole.generate(prompt);
 
-    ToyLM target_b(target_options()), draft_b(draft_options());
+    ToyLM target_b(session_target_options()), draft_b(session_draft_options());
     Decoder stepper(specdec::target(target_b), specdec::draft(draft_b), options);
     const specdec::GenerationStats prefill = stepper.prefill(prompt);
     CHECK(prefill.prefill_tokens == prompt.size() - 1);
@@ -68,7 +68,7 @@ TEST_CASE("prefill then steps produce exactly what generate produces", "[session
 }
 
 TEST_CASE("step before prefill and step(0) are errors", "[session][api][errors]") {
-    ToyLM target(target_options()), draft(draft_options());
+    ToyLM target(session_target_options()), draft(session_draft_options());
     Decoder decoder(specdec::target(target), specdec::draft(draft));
     CHECK_THROWS_WITH(decoder.step(), Catch::Contains("call prefill(prompt) first"));
     decoder.prefill(std::vector<Token>{1, 2});
@@ -79,7 +79,7 @@ TEST_CASE("a second generate sharing a prefix runs the target only on the new to
     for (const double temperature : {0.0, 1.0}) {
         const specdec::DecodingOptions options{
             .draft_tokens = 3, .sampling = {.temperature = temperature}, .seed = 5, .max_new_tokens = 24};
-        ToyLM target(target_options()), draft(draft_options());
+        ToyLM target(session_target_options()), draft(session_draft_options());
         Decoder decoder(specdec::target(target), specdec::draft(draft), options);
         const std::vector<Token> first_prompt{1, 2, 3, 4, 5, 6, 7, 8};
         const auto first = decoder.generate(first_prompt);
@@ -105,7 +105,7 @@ TEST_CASE("a second generate sharing a prefix runs the target only on the new to
         CHECK(draft.tokens_fed() - draft_fed_before < second_prompt.size());
 
         // And the output is what a fresh decoder gives for the same prompt.
-        ToyLM fresh_target(target_options()), fresh_draft(draft_options());
+        ToyLM fresh_target(session_target_options()), fresh_draft(session_draft_options());
         Decoder fresh(specdec::target(fresh_target), specdec::draft(fresh_draft), options);
         const auto reference = fresh.generate(second_prompt);
         CHECK(second.tokens == reference.tokens);
@@ -115,13 +115,13 @@ TEST_CASE("a second generate sharing a prefix runs the target only on the new to
 
 TEST_CASE("a prompt that diverges from the cached sequence rolls the caches back to the common prefix", "[session][cache]") {
     const specdec::DecodingOptions options{.draft_tokens = 4, .seed = 2, .max_new_tokens = 16};
-    ToyLM target(target_options()), draft(draft_options());
+    ToyLM target(session_target_options()), draft(session_draft_options());
     Decoder decoder(specdec::target(target), specdec::draft(draft), options);
     (void)decoder.generate(std::vector<Token>{1, 2, 3, 4, 5, 6});
     const std::vector<Token> edited{1, 2, 3, 7, 7};
     const auto result = decoder.generate(edited);
     CHECK(result.stats.prefill_tokens == 1);  // positions 3 (7); the last 7 is pending
-    ToyLM fresh_target(target_options()), fresh_draft(draft_options());
+    ToyLM fresh_target(session_target_options()), fresh_draft(session_draft_options());
     Decoder fresh(specdec::target(fresh_target), specdec::draft(fresh_draft), options);
     CHECK(result.tokens == fresh.generate(edited).tokens);
     // After reset() nothing is reused.
@@ -133,7 +133,7 @@ TEST_CASE("a prompt that diverges from the cached sequence rolls the caches back
 
 TEST_CASE("the autoregressive decoder has the same session API and cache reuse", "[session][cache]") {
     const specdec::DecodingOptions options{.sampling = {.temperature = 0.0}, .max_new_tokens = 10};
-    ToyLM target(target_options());
+    ToyLM target(session_target_options());
     specdec::AutoregressiveDecoder decoder(target, options);
     const std::vector<Token> prompt{4, 3, 2};
     const auto first = decoder.generate(prompt);
@@ -174,12 +174,12 @@ static_assert(!specdec::LastRowLM<ToyLM>);
 TEST_CASE("prefill goes through forward_last when the model has it, with the same output", "[session][api]") {
     const std::vector<Token> prompt{2, 7, 1, 8, 2, 8};
     const specdec::DecodingOptions options{.draft_tokens = 3, .seed = 4, .max_new_tokens = 20};
-    LastRowToyLM target(target_options()), draft(draft_options());
+    LastRowToyLM target(session_target_options()), draft(session_draft_options());
     specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options);
     const auto result = decoder.generate(prompt);
     CHECK(target.last_row_calls == 1);
     CHECK(draft.last_row_calls == 1);
-    ToyLM plain_target(target_options()), plain_draft(draft_options());
+    ToyLM plain_target(session_target_options()), plain_draft(session_draft_options());
     Decoder plain(specdec::target(plain_target), specdec::draft(plain_draft), options);
     CHECK(result.tokens == plain.generate(prompt).tokens);
 }

@@ -36,12 +36,12 @@ static_assert(specdec::TreeDrafter<specdec::PromptLookupDrafter>);
 
 namespace {
 
-ToyLMOptions target_options(std::size_t vocab) { return {.vocab = vocab, .seed = 5, .sharpness = 1.2}; }
-ToyLMOptions draft_options(std::size_t vocab, double noise = 0.6) {
+ToyLMOptions tree_target_options(std::size_t vocab) { return {.vocab = vocab, .seed = 5, .sharpness = 1.2}; }
+ToyLMOptions tree_draft_options(std::size_t vocab, double noise = 0.6) {
     return {.vocab = vocab, .seed = 5, .sharpness = 1.2, .noise_seed = 99, .noise = noise};
 }
 
-constexpr std::size_t kSamples = 20000;
+constexpr std::size_t kTreeSamples = 20000;
 
 // A fresh tree decoder per seed, generating `length` tokens from `prompt`.
 template <class Rule = specdec::RecursiveRejection, class Target, class Draft>
@@ -68,7 +68,7 @@ TreeReports tree_reports(const std::string& name, const std::vector<Token>& prom
                                    .vocab = vocab,
                                    .length = 3,
                                    .draft_tokens = std::min<std::size_t>(depth, 2),
-                                   .samples = kSamples,
+                                   .samples = kTreeSamples,
                                    .target = target};
     ExactnessSetup first = sequences;
     first.name = name + ", first token";
@@ -181,7 +181,7 @@ struct BonusFromParentRowWhenDeep {
 
 // A period-9 pattern over 3 tokens whose 1-gram "0" is followed by 1, 2 and 0
 // at different places: prompt lookup proposes a tree with 3 root children.
-const std::vector<Token> kLookupPrompt{0, 1, 1, 2, 0, 2, 2, 1, 0, 0, 1, 1, 2, 0, 2, 2, 1, 0};
+const std::vector<Token> kTreeLookupPrompt{0, 1, 1, 2, 0, 2, 2, 1, 0, 0, 1, 1, 2, 0, 2, 2, 1, 0};
 
 }  // namespace
 
@@ -206,7 +206,7 @@ TEST_CASE("tree shapes: branching, chains, parsing, truncation and invalid shape
 }
 
 TEST_CASE("the toy model's tree pass scores every path as a chain and commits one path", "[tree]") {
-    ToyLM model(target_options(7)), reference(target_options(7));
+    ToyLM model(tree_target_options(7)), reference(tree_target_options(7));
     const std::vector<Token> prompt{1, 2, 3};
     (void)model.forward(prompt);
     // Two calls of one pending tree: 3 root children, then two grandchildren.
@@ -299,7 +299,7 @@ TEST_CASE("tree verification is exact: first token and 3-token sequences, severa
     std::size_t case_index = 0;
     for (const SamplingOptions& sampling : transforms) {
         const TreeShape& shape = shapes[case_index++ % shapes.size()];
-        ToyLM target(target_options(kVocab)), draft(draft_options(kVocab));
+        ToyLM target(tree_target_options(kVocab)), draft(tree_draft_options(kVocab));
         std::ostringstream name;
         name << "tree " << shape.describe() << ", T " << sampling.temperature << " top_k " << sampling.top_k
              << " top_p " << sampling.top_p << " min_p " << sampling.min_p;
@@ -329,20 +329,20 @@ TEST_CASE("tree verification is exact: first token and 3-token sequences, severa
 
 TEST_CASE("tree verification is exact with point-mass (prompt lookup) trees", "[tree][exactness]") {
     for (const SamplingOptions& sampling : {SamplingOptions{.temperature = 1.0}, SamplingOptions{.temperature = 0.7, .top_k = 2}}) {
-        ToyLM target(target_options(3));
+        ToyLM target(tree_target_options(3));
         specdec::PromptLookupDrafter drafter({.min_ngram = 1, .max_ngram = 1});
         const TreeShape shape = TreeShape::from_branching({3, 2});
-        const auto reports = tree_reports("prompt lookup tree, T " + std::to_string(sampling.temperature), kLookupPrompt, 3,
+        const auto reports = tree_reports("prompt lookup tree, T " + std::to_string(sampling.temperature), kTreeLookupPrompt, 3,
                                           2, reference_conditional(target, sampling),
-                                          tree_runner(target, drafter, shape, sampling, 3, kLookupPrompt));
+                                          tree_runner(target, drafter, shape, sampling, 3, kTreeLookupPrompt));
         check_exact(reports.first, 0);
         check_exact(reports.sequences, 2);
     }
 }
 
 TEST_CASE("negative control (i): siblings drawn with replacement, verified as if without, are caught", "[tree][exactness][negative-control]") {
-    ToyLM target(target_options(3));
-    const ToyLM draft_model(draft_options(3, 0.8));
+    ToyLM target(tree_target_options(3));
+    const ToyLM draft_model(tree_draft_options(3, 0.8));
     WithReplacementTreeDrafter drafter(draft_model);
     const SamplingOptions sampling{.temperature = 1.0};
     const TreeShape shape = TreeShape::from_branching({3, 2});
@@ -354,7 +354,7 @@ TEST_CASE("negative control (i): siblings drawn with replacement, verified as if
 }
 
 TEST_CASE("negative control (ii): a residual not updated between siblings is caught", "[tree][exactness][negative-control]") {
-    ToyLM target(target_options(3)), draft(draft_options(3, 0.8));
+    ToyLM target(tree_target_options(3)), draft(tree_draft_options(3, 0.8));
     const SamplingOptions sampling{.temperature = 1.0};
     const TreeShape shape = TreeShape::from_branching({3, 2});
     const std::vector<Token> prompt{1, 2};
@@ -455,7 +455,7 @@ TEST_CASE("deep trees are exact down to their last depth: sequences one token lo
                                   {TreeShape::from_branching({1, 1, 1, 1}), {.temperature = 1.2, .top_p = 0.9}}};
     constexpr std::size_t kVocab = 3;
     for (const Case& c : cases) {
-        ToyLM target(target_options(kVocab)), draft(draft_options(kVocab, 0.3));
+        ToyLM target(tree_target_options(kVocab)), draft(tree_draft_options(kVocab, 0.3));
         const std::size_t depth = c.shape.depth();
         const std::vector<Token> prompt{1, 2};
         const ExactnessSetup setup{.name = "deep tree " + c.shape.describe() + ", " + std::to_string(depth + 1) +
@@ -464,7 +464,7 @@ TEST_CASE("deep trees are exact down to their last depth: sequences one token lo
                                    .vocab = kVocab,
                                    .length = depth + 1,
                                    .draft_tokens = depth,
-                                   .samples = kSamples,
+                                   .samples = kTreeSamples,
                                    .target = reference_conditional(target, c.sampling)};
         check_exact(run_exactness(setup, tree_runner(target, draft, c.shape, c.sampling, depth + 1, prompt)), depth);
     }
@@ -474,14 +474,14 @@ TEST_CASE("negative control (iii): a wrong bonus row after a fully accepted dept
     const TreeShape shape = TreeShape::from_branching({2, 1, 1});
     const SamplingOptions sampling{.temperature = 1.0};
     constexpr std::size_t kVocab = 3;
-    ToyLM target(target_options(kVocab)), draft(draft_options(kVocab, 0.3));
+    ToyLM target(tree_target_options(kVocab)), draft(tree_draft_options(kVocab, 0.3));
     const std::vector<Token> prompt{1, 2};
     const ExactnessSetup setup{.name = "deep tree 2x1x1 with the bonus drawn from the parent's row",
                                .prompt = prompt,
                                .vocab = kVocab,
                                .length = 4,
                                .draft_tokens = 3,
-                               .samples = kSamples,
+                               .samples = kTreeSamples,
                                .target = reference_conditional(target, sampling)};
     check_caught(run_exactness(setup, tree_runner<BonusFromParentRowWhenDeep>(target, draft, shape, sampling, 4, prompt)), 3);
 }

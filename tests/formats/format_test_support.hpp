@@ -7,6 +7,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include "specdec/core/error.hpp"
 #include "specdec/formats/gguf.hpp"
 #include "specdec/formats/gguf_writer.hpp"
+#include "specdec/formats/tokenizer.hpp"
 #include "support/catch.hpp"
 
 namespace specdec::test {
@@ -72,5 +74,28 @@ inline std::vector<std::byte> as_bytes(const std::vector<float>& values) {
     for (const float v : values) bytes.f32(v);
     return bytes.bytes;
 }
+
+// A tokenizer read back from the GGUF file `writer` describes (kept in a
+// scratch directory for as long as the tokenizer lives).
+struct LoadedTokenizer {
+    TempDir dir;
+    gguf::File file;
+    Tokenizer tokenizer;
+
+    explicit LoadedTokenizer(const gguf::Writer& writer) : file(open(dir, writer)), tokenizer(Tokenizer::from_gguf(file)) {}
+
+    static gguf::File open(const TempDir& dir, const gguf::Writer& writer) {
+        const auto path = dir.file("vocab.gguf");
+        writer.write(path);
+        return gguf::File::open(path);
+    }
+
+    // The pieces `text` encodes to.
+    [[nodiscard]] std::vector<std::string> pieces(std::string_view text, bool add_bos = false) const {
+        std::vector<std::string> out;
+        for (const Token token : tokenizer.encode(text, add_bos)) out.push_back(tokenizer.token_piece(token));
+        return out;
+    }
+};
 
 }  // namespace specdec::test

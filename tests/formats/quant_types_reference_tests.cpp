@@ -25,7 +25,7 @@ using specdec::gguf::File;
 // Committed with the tests (tests/formats/data), not among the downloaded fixtures.
 const std::filesystem::path kFixture = std::filesystem::path(SPECDEC_TEST_SOURCE_DIR) / "formats" / "data" / "quant_types.gguf";
 
-std::string error_of(auto&& action) {
+std::string quant_error_of(auto&& action) {
     try {
         action();
     } catch (const specdec::Error& error) {
@@ -85,8 +85,8 @@ TEST_CASE("a row that is not a whole number of blocks is refused with the type a
     CHECK(specdec::weight_row_bytes(WeightType::q4_k, 512) == 2 * 144);
     CHECK(specdec::weight_row_bytes(WeightType::q6_k, 256) == 210);
     CHECK(specdec::weight_row_bytes(WeightType::q5_1, 64) == 2 * 24);
-    CHECK(error_of([] { (void)specdec::weight_row_bytes(WeightType::q5_k, 288); }) ==
+    CHECK(quant_error_of([] { (void)specdec::weight_row_bytes(WeightType::q5_k, 288); }) ==
           "a Q5_K row has 288 values; expected a multiple of its block of 256");
-    CHECK(error_of([] { (void)specdec::weight_row_bytes(WeightType::q4_1, 48); }) ==
+    CHECK(quant_error_of([] { (void)specdec::weight_row_bytes(WeightType::q4_1, 48); }) ==
           "a Q4_1 row has 48 values; expected a multiple of its block of 32");
 }

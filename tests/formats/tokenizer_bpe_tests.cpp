@@ -63,25 +63,6 @@ Writer hello_world_vocabulary() {
                            {"he", "ll", "hell", "hello", Gw, "or", Gwor, "ld", Gwor + "ld", "lo"});
 }
 
-struct Loaded {
-    specdec::test::TempDir dir;
-    File file;
-    Tokenizer tokenizer;
-
-    explicit Loaded(const Writer& writer) : file(open(dir, writer)), tokenizer(Tokenizer::from_gguf(file)) {}
-
-    static File open(const specdec::test::TempDir& dir, const Writer& writer) {
-        const auto path = dir.file("gpt2.gguf");
-        writer.write(path);
-        return File::open(path);
-    }
-
-    std::vector<std::string> pieces(std::string_view text) const {
-        std::vector<std::string> out;
-        for (const Token token : tokenizer.encode(text, false)) out.push_back(tokenizer.token_piece(token));
-        return out;
-    }
-};
 
 std::vector<std::string> words(std::string_view text) {
     std::vector<std::string> out;
@@ -111,7 +92,7 @@ TEST_CASE("The GPT-2 pre-tokenizer splits like GPT-2's regular expression", "[to
 }
 
 TEST_CASE("Byte-level BPE merges by rule rank and maps bytes to printable characters", "[tokenizer][bpe]") {
-    const Loaded loaded(hello_world_vocabulary());
+    const specdec::test::LoadedTokenizer loaded(hello_world_vocabulary());
     const Tokenizer& tokenizer = loaded.tokenizer;
     const std::string Gworld = std::string(G) + "world";
 
@@ -129,7 +110,7 @@ TEST_CASE("Byte-level BPE merges by rule rank and maps bytes to printable charac
 }
 
 TEST_CASE("Byte-level BPE round-trips any bytes, ASCII or multi-byte UTF-8", "[tokenizer][bpe]") {
-    const Loaded loaded(hello_world_vocabulary());
+    const specdec::test::LoadedTokenizer loaded(hello_world_vocabulary());
     const Tokenizer& tokenizer = loaded.tokenizer;
     const std::vector<std::string> texts{
         "hello world",
@@ -153,7 +134,7 @@ TEST_CASE("Byte-level BPE round-trips any bytes, ASCII or multi-byte UTF-8", "[t
 }
 
 TEST_CASE("Byte-level BPE control tokens decode to nothing and user-defined tokens are literal", "[tokenizer][bpe]") {
-    const Loaded loaded(hello_world_vocabulary());
+    const specdec::test::LoadedTokenizer loaded(hello_world_vocabulary());
     const Tokenizer& tokenizer = loaded.tokenizer;
     const Token end_of_text = tokenizer.eos();
     CHECK(tokenizer.bos() == end_of_text);
@@ -174,7 +155,7 @@ TEST_CASE("Byte-level BPE control tokens decode to nothing and user-defined toke
 }
 
 TEST_CASE("The stream decoder joins a character split across byte-level tokens", "[tokenizer][bpe]") {
-    const Loaded loaded(hello_world_vocabulary());
+    const specdec::test::LoadedTokenizer loaded(hello_world_vocabulary());
     const Tokenizer& tokenizer = loaded.tokenizer;
     // é = C3 A9: two byte-level characters, Ã and ©, two tokens.
     const auto tokens = tokenizer.encode("\xC3\xA9!", false);

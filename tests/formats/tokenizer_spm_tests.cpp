@@ -55,26 +55,6 @@ Writer spm_vocabulary(const std::vector<Entry>& entries, bool byte_tokens) {
     return writer;
 }
 
-struct Loaded {
-    specdec::test::TempDir dir;
-    File file;
-    Tokenizer tokenizer;
-
-    explicit Loaded(const Writer& writer)
-        : file(open(dir, writer)), tokenizer(Tokenizer::from_gguf(file)) {}
-
-    static File open(const specdec::test::TempDir& dir, const Writer& writer) {
-        const auto path = dir.file("vocab.gguf");
-        writer.write(path);
-        return File::open(path);
-    }
-
-    std::vector<std::string> pieces(std::string_view text, bool add_bos = false) const {
-        std::vector<std::string> out;
-        for (const Token token : tokenizer.encode(text, add_bos)) out.push_back(tokenizer.token_piece(token));
-        return out;
-    }
-};
 
 std::string tokenizer_error(const Writer& writer) {
     const specdec::test::TempDir dir;
@@ -95,19 +75,19 @@ TEST_CASE("SentencePiece merges the best-scoring adjacent pair first", "[tokeniz
     SECTION("bc outscores ab") {
         Writer writer = spm_vocabulary({{"a", -10}, {"b", -10}, {"c", -10}, {"ab", -2}, {"bc", -1}}, false);
         writer.add_bool("tokenizer.ggml.add_space_prefix", false);
-        const Loaded loaded(writer);
+        const specdec::test::LoadedTokenizer loaded(writer);
         CHECK(loaded.pieces("abc") == std::vector<std::string>{"a", "bc"});
     }
     SECTION("ab outscores bc") {
         Writer writer = spm_vocabulary({{"a", -10}, {"b", -10}, {"c", -10}, {"ab", -1}, {"bc", -2}}, false);
         writer.add_bool("tokenizer.ggml.add_space_prefix", false);
-        const Loaded loaded(writer);
+        const specdec::test::LoadedTokenizer loaded(writer);
         CHECK(loaded.pieces("abc") == std::vector<std::string>{"ab", "c"});
     }
     SECTION("equal scores merge leftmost first, and merges continue on merged pieces") {
         Writer writer = spm_vocabulary({{"a", -10}, {"aa", -1}, {"aaaa", -0.5f}}, false);
         writer.add_bool("tokenizer.ggml.add_space_prefix", false);
-        const Loaded loaded(writer);
+        const specdec::test::LoadedTokenizer loaded(writer);
         CHECK(loaded.pieces("aaa") == std::vector<std::string>{"aa", "a"});
         CHECK(loaded.pieces("aaaaa") == std::vector<std::string>{"aaaa", "a"});
     }
@@ -117,7 +97,7 @@ TEST_CASE("SentencePiece turns spaces into U+2581 and adds a space prefix unless
     const std::string word = std::string(space) + "hi";
     const std::vector<Entry> entries{{space, -5}, {"h", -5}, {"i", -5}, {"hi", -2}, {word, -1}};
 
-    const Loaded with_prefix(spm_vocabulary(entries, true));
+    const specdec::test::LoadedTokenizer with_prefix(spm_vocabulary(entries, true));
     CHECK(with_prefix.tokenizer.add_space_prefix());
     CHECK(with_prefix.pieces("hi hi") == std::vector<std::string>{word, word});
     CHECK(with_prefix.pieces("hi", true) == std::vector<std::string>{"<s>", word});
@@ -128,7 +108,7 @@ TEST_CASE("SentencePiece turns spaces into U+2581 and adds a space prefix unless
 
     Writer writer = spm_vocabulary(entries, true);
     writer.add_bool("tokenizer.ggml.add_space_prefix", false);
-    const Loaded without_prefix(writer);
+    const specdec::test::LoadedTokenizer without_prefix(writer);
     CHECK_FALSE(without_prefix.tokenizer.add_space_prefix());
     CHECK(without_prefix.pieces("hi hi") == std::vector<std::string>{"hi", word});
     // Without a prefix nothing is dropped after BOS either.
@@ -137,7 +117,7 @@ TEST_CASE("SentencePiece turns spaces into U+2581 and adds a space prefix unless
 }
 
 TEST_CASE("SentencePiece falls back to byte tokens and decodes them to the original bytes", "[tokenizer][spm]") {
-    const Loaded loaded(spm_vocabulary({{space, -1}, {"a", -1}}, true));
+    const specdec::test::LoadedTokenizer loaded(spm_vocabulary({{space, -1}, {"a", -1}}, true));
     // ž (C5 BE) is no piece: two byte tokens.
     CHECK(loaded.pieces("a\xC5\xBE") == std::vector<std::string>{space, "a", "<0xC5>", "<0xBE>"});
     const std::vector<std::string> texts{"a", "\xC5\xBE\xC5\xBE", "\xF0\x9F\x98\x80 a \xE2\x82\xAC", "\t\n\r",
@@ -166,7 +146,7 @@ TEST_CASE("SentencePiece falls back to byte tokens and decodes them to the origi
 }
 
 TEST_CASE("SentencePiece without byte tokens uses the unknown token", "[tokenizer][spm]") {
-    const Loaded loaded(spm_vocabulary({{space, -1}, {"a", -1}}, false));
+    const specdec::test::LoadedTokenizer loaded(spm_vocabulary({{space, -1}, {"a", -1}}, false));
     const auto tokens = loaded.tokenizer.encode("a\xC5\xBE", false);
     CHECK(tokens == std::vector<Token>{3, 4, 0});
     CHECK(loaded.tokenizer.unknown() == 0);
@@ -174,7 +154,7 @@ TEST_CASE("SentencePiece without byte tokens uses the unknown token", "[tokenize
 }
 
 TEST_CASE("User-defined tokens are matched literally before SentencePiece runs", "[tokenizer][spm]") {
-    const Loaded loaded(spm_vocabulary(
+    const specdec::test::LoadedTokenizer loaded(spm_vocabulary(
         {{space, -1}, {"a", -1}, {"<tool>", 0, TokenKind::user_defined}, {"<to", 0, TokenKind::user_defined}}, true));
     CHECK(loaded.pieces("a<tool>a") == std::vector<std::string>{space, "a", "<tool>", "a"});
     CHECK(loaded.pieces("<tool>") == std::vector<std::string>{"<tool>"});
@@ -190,7 +170,7 @@ TEST_CASE("Missing tokenizer keys fall back to llama.cpp defaults and broken tok
         writer.add_string("tokenizer.ggml.model", "llama");
         const std::vector<std::string> pieces{"<unk>", "<s>", "</s>", "<0x41>", space, "b"};
         writer.add_string_array("tokenizer.ggml.tokens", pieces);
-        const Loaded loaded(writer);
+        const specdec::test::LoadedTokenizer loaded(writer);
         CHECK(loaded.tokenizer.bos() == 1);
         CHECK(loaded.tokenizer.eos() == 2);
         CHECK(loaded.tokenizer.unknown() == 0);
@@ -251,7 +231,7 @@ TEST_CASE("A vocabulary without BOS refuses add_bos but encodes without it", "[t
     writer.add_string_array("tokenizer.ggml.tokens", std::vector<std::string>{"<unk>", "a", space});
     writer.add_uint32("tokenizer.ggml.bos_token_id", 0xFFFFFFFFu);  // llama.cpp's "none"
     writer.add_uint32("tokenizer.ggml.eos_token_id", 0xFFFFFFFFu);
-    const Loaded loaded(writer);
+    const specdec::test::LoadedTokenizer loaded(writer);
     CHECK_FALSE(loaded.tokenizer.has_bos());
     CHECK_FALSE(loaded.tokenizer.has_eos());
     CHECK(loaded.tokenizer.bos() == -1);

@@ -36,7 +36,7 @@ std::optional<std::filesystem::path> repo_fixture(const std::string& name) {
     return path;
 }
 
-ArchReference load_reference(const std::filesystem::path& path) {
+ArchReference load_architecture_reference(const std::filesystem::path& path) {
     const auto json = nlohmann::json::parse(std::ifstream(path));
     ArchReference r;
     r.prompt_ids = json.at("prompt_ids").get<std::vector<Token>>();
@@ -86,7 +86,7 @@ TEST_CASE("architecture fixtures reproduce transformers' logits at every positio
         SPECDEC_SKIP("fixture " << name << " not found under " << SPECDEC_REPO_FIXTURES);
     }
     INFO(name);
-    const ArchReference ref = load_reference(*json);
+    const ArchReference ref = load_architecture_reference(*json);
     LlamaModel model = LlamaModel::from_gguf(*gguf, {.threads = 1});
     const auto rows = specdec::test::copy_rows(model.forward(ref.tokens));
     REQUIRE(rows.size() == ref.logits.size());
@@ -105,7 +105,7 @@ TEST_CASE("Q8_0 copies of the architecture fixtures stay close to the F32 logits
         SPECDEC_SKIP("fixture " << name << " not found under " << SPECDEC_REPO_FIXTURES);
     }
     INFO(name);
-    const ArchReference ref = load_reference(*json);
+    const ArchReference ref = load_architecture_reference(*json);
     LlamaModel full = LlamaModel::from_gguf(*f32, {.threads = 1});
     LlamaModel quantised = LlamaModel::from_gguf(*q8, {.threads = 1});
     CHECK(quantised.weights().layers[0].query.type == specdec::WeightType::q8_0);
@@ -165,7 +165,7 @@ TEST_CASE("every quantised type the rows allow stays within its stated tolerance
     if (!f32 || !json) {
         SPECDEC_SKIP("fixture " << name << " not found under " << SPECDEC_REPO_FIXTURES);
     }
-    const ArchReference ref = load_reference(*json);
+    const ArchReference ref = load_architecture_reference(*json);
     auto file = std::make_shared<const specdec::gguf::File>(specdec::gguf::File::open(*f32));
     specdec::LlamaWeights weights = specdec::llama_weights_from_gguf(file);
     const bool rows_fit = [&] {
@@ -207,7 +207,7 @@ TEST_CASE("the fixtures exercise what they claim: biases, RoPE layout and freque
         LlamaModel model(std::move(weights), {.threads = 1});
         return specdec::test::copy_rows(model.forward(tokens));
     };
-    const ArchReference l3 = load_reference(*llama3_json);
+    const ArchReference l3 = load_architecture_reference(*llama3_json);
     const auto l3_reference = logits_with(*llama3, l3.tokens, [](specdec::LlamaWeights&) {});
     CHECK(max_abs_difference(l3_reference, l3.logits) < kF32Tolerance);
     const auto without_factors = logits_with(*llama3, l3.tokens, [](specdec::LlamaWeights& w) {
@@ -216,7 +216,7 @@ TEST_CASE("the fixtures exercise what they claim: biases, RoPE layout and freque
     });
     CHECK(max_abs_difference(without_factors, l3.logits) > 50 * kF32Tolerance);
 
-    const ArchReference q2 = load_reference(*qwen2_json);
+    const ArchReference q2 = load_architecture_reference(*qwen2_json);
     const auto without_biases = logits_with(*qwen2, q2.tokens, [](specdec::LlamaWeights& w) {
         for (auto& layer : w.layers) {
             REQUIRE(!layer.query_bias.empty());

@@ -20,7 +20,7 @@ std::vector<Token> test_tokens(std::size_t count, std::size_t vocab) {
     return tokens;
 }
 
-LlamaModel tiny_model(WeightType storage) {
+LlamaModel tiny_target(WeightType storage) {
     return specdec::make_synthetic_target({.size = "tiny", .seed = 3, .target_storage = storage, .threads = 2});
 }
 
@@ -29,7 +29,7 @@ LlamaModel tiny_model(WeightType storage) {
 TEST_CASE("a batched forward of n tokens equals n single-token forwards for every storage type", "[model]") {
     const WeightType storage = GENERATE(WeightType::f32, WeightType::f16, WeightType::bf16, WeightType::q8_0, WeightType::q4_0);
     INFO("storage " << specdec::weight_type_name(storage));
-    LlamaModel model = tiny_model(storage);
+    LlamaModel model = tiny_target(storage);
     const std::vector<Token> tokens = test_tokens(48, model.vocab_size());
     const auto reference = specdec::test::logits_one_by_one(model, tokens);
     // Batches of several sizes (below, at and above the kernels' 4-column groups), continuing a growing cache.
@@ -50,8 +50,8 @@ TEST_CASE("a batched forward of n tokens equals n single-token forwards for ever
 
 TEST_CASE("truncate then re-forward gives the logits of a fresh model fed the same tokens", "[model]") {
     const WeightType storage = GENERATE(WeightType::f32, WeightType::q4_0);
-    LlamaModel model = tiny_model(storage);
-    LlamaModel fresh = tiny_model(storage);
+    LlamaModel model = tiny_target(storage);
+    LlamaModel fresh = tiny_target(storage);
     const std::vector<Token> first = test_tokens(12, model.vocab_size());
     const std::vector<Token> replacement = {5, 6, 7, 8, 9};
 

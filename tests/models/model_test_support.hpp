@@ -31,6 +31,13 @@ inline float max_abs_difference(std::span<const float> a, std::span<const float>
     return a.size() == b.size() ? worst : INFINITY;
 }
 
+// max |a - b| relative to max |b|: for logits whose summation order may differ.
+inline float relative_difference(std::span<const float> a, std::span<const float> b) {
+    float scale = 0.0f;
+    for (const float v : b) scale = std::max(scale, std::fabs(v));
+    return max_abs_difference(a, b) / std::max(scale, 1e-30f);
+}
+
 // Logits of feeding `tokens` one at a time from an empty cache.
 inline std::vector<std::vector<float>> logits_one_by_one(LlamaModel& model, std::span<const Token> tokens) {
     model.truncate(0);

@@ -20,6 +20,7 @@ namespace {
 using specdec::LlamaModel;
 using specdec::Token;
 using specdec::WeightType;
+using specdec::test::relative_difference;
 
 struct Tree {
     std::vector<Token> tokens;
@@ -115,13 +116,6 @@ std::vector<Token> prompt_tokens(std::size_t count, std::size_t vocab, std::uint
 LlamaModel tiny_model(WeightType storage, std::size_t max_context = 0) {
     return specdec::make_synthetic_target(
         {.size = "tiny", .seed = 5, .target_storage = storage, .threads = 2, .max_context = max_context});
-}
-
-// max |a - b| relative to the largest |b|.
-float relative_difference(std::span<const float> a, std::span<const float> b) {
-    float largest = 0.0f;
-    for (const float v : b) largest = std::max(largest, std::fabs(v));
-    return specdec::test::max_abs_difference(a, b) / std::max(largest, 1e-30f);
 }
 
 // The last logits row of forward() over prompt + path on `reference`, a model

@@ -17,18 +17,12 @@ namespace {
 using specdec::LlamaModel;
 using specdec::Token;
 using specdec::WeightType;
+using specdec::test::relative_difference;
 
 std::vector<Token> prompt_tokens(std::size_t count, std::size_t vocab) {
     std::vector<Token> tokens;
     for (std::size_t i = 0; i < count; ++i) tokens.push_back(static_cast<Token>((i * 97 + 5) % vocab));
     return tokens;
-}
-
-// max |a - b| relative to max |b|: summation order is all that may differ.
-float relative_difference(std::span<const float> a, std::span<const float> b) {
-    float scale = 0.0f;
-    for (const float v : b) scale = std::max(scale, std::fabs(v));
-    return specdec::test::max_abs_difference(a, b) / std::max(scale, 1e-30f);
 }
 
 specdec::WeightMatrix random_matrix(WeightType type, std::size_t rows, std::size_t cols, std::uint64_t seed,

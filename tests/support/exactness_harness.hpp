@@ -56,11 +56,6 @@
 
 namespace specdec::test {
 
-// Significance levels of every exactness test: an exact configuration passes
-// when p >= kExactSignificance; a negative control is caught when p < kControlSignificance.
-inline constexpr double kExactSignificance = 1e-3;
-inline constexpr double kControlSignificance = 1e-6;
-
 // ---------------------------------------------------------------------------
 // Independent reference of the processed distribution (double precision).
 // Meanings, from SamplingOptions' documentation:

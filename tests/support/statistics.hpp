@@ -11,6 +11,11 @@
 
 namespace specdec::test {
 
+// Significance levels of every exactness test: an exact configuration passes
+// when p >= kExactSignificance; a negative control is caught when p < kControlSignificance.
+inline constexpr double kExactSignificance = 1e-3;
+inline constexpr double kControlSignificance = 1e-6;
+
 // Regularised upper incomplete gamma function Q(a, x) = Gamma(a, x) / Gamma(a):
 // power series for x < a + 1, Lentz's continued fraction otherwise.
 inline double upper_regularized_gamma(double a, double x) {
