@@ -69,6 +69,7 @@ struct BenchOptions {
     std::size_t repetitions = 16;
     double time_budget_seconds = 50.0;  // 0 = no budget
     std::size_t threads = 0;  // 0 = every hardware thread
+    bool interleave_rows = true;  // false: --sequential-rows
     std::uint64_t seed = 42;
     std::optional<std::string> json_path;
     std::optional<std::string> svg_path;
@@ -138,6 +139,9 @@ what to measure
                             first one's start (at least 2; with --repetitions N at most N); 0 = no
                             budget (default 50)
   --seed N                  seed of every random choice (default 42)
+  --sequential-rows         run each row's generation to its end before the next starts, on the one
+                            pair of models (default: the baseline and all rows of a round advance step
+                            by step in turn, each on its own replica of the models; CPU models only)
 
 output
   --json FILE               write the full report as JSON
@@ -307,6 +311,9 @@ inline void require_file(std::string_view flag, const std::string& path) {
         } else if (flag == "--time-budget") {
             options.time_budget_seconds = detail::parse_seconds(flag, value());
             time_budget_given = true;
+        } else if (flag == "--sequential-rows") {
+            no_value();
+            options.interleave_rows = false;
         } else if (flag == "--threads") {
             options.threads = detail::parse_count(flag, value(), 1);
         } else if (flag == "--seed") {

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <chrono>
+#include <concepts>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -50,6 +51,10 @@ struct RunSettings {
     // every repetition the same sequence, and rows compared on one sequence
     // compare how their steps happen to line up with it.)
     std::vector<std::vector<Token>> repetition_prompts{};
+    // Advance every row of a round step by step in turn, each on replicas of
+    // the models (when both have them; see run_configurations); false: one
+    // row after another on the given models.
+    bool interleave_rows = true;
 };
 
 struct ProgressStep {
@@ -118,24 +123,125 @@ struct SharedPolicy {
     void observe(const StepOutcome& outcome) { policy->observe(outcome); }
 };
 
-// One row's speculative generation: generate(options, prompt) builds a decoder
+// Models that can run beside themselves: replica() is another instance over
+// the same weights with a KV cache of its own (LlamaModel). A model-free
+// drafter (prompt lookup) is simply copied.
+template <class Model>
+concept Replicable = requires(const Model& model) {
+    { model.replica() } -> std::same_as<Model>;
+};
+
+template <class Draft>
+concept ReplicableDraft = Replicable<Draft> || (!CausalLM<Draft> && std::copy_constructible<Draft>);
+
+// Whether run_configurations can give every row models of its own and so
+// advance all rows of a round step by step in turn (see there).
+template <class Draft, class Target>
+inline constexpr bool kInterleavable = Replicable<Target> && ReplicableDraft<Draft>;
+
+namespace detail {
+
+template <class Model>
+[[nodiscard]] std::unique_ptr<Model> replica_of(const Model& model) {
+    if constexpr (Replicable<Model>) return std::make_unique<Model>(model.replica());
+    else return std::make_unique<Model>(model);
+}
+
+// One generation in progress, advanced a step at a time. Its prefill and each
+// step are timed around the call, so time spent on other generations between
+// its steps is not counted: the result is what generate() would return.
+class Generation {
+public:
+    virtual ~Generation() = default;
+    virtual void step() = 0;
+    [[nodiscard]] virtual bool finished() const = 0;
+    [[nodiscard]] virtual double progress() const = 0;  // emitted / max_new_tokens
+    [[nodiscard]] virtual GenerationResult take() = 0;
+};
+
+template <class Decoder>
+class DecoderGeneration final : public Generation {
+public:
+    // Builds the decoder from `decoder_arguments`, empties its caches (every
+    // generation of a run pays the same prefill) and prefills `prompt`.
+    template <class... Args>
+    explicit DecoderGeneration(std::span<const Token> prompt, Args&&... decoder_arguments)
+        : decoder_(std::forward<Args>(decoder_arguments)...), max_new_tokens_(decoder_.options().max_new_tokens) {
+        decoder_.reset();
+        const auto start = Clock::now();
+        result_.stats = decoder_.prefill(prompt);
+        seconds_ = specdec::detail::seconds_since(start);
+        result_.stats.total_seconds = seconds_;
+        finished_ = max_new_tokens_ == 0;
+        if (finished_) result_.stop_reason = StopReason::max_new_tokens;
+    }
+
+    void step() override {
+        const auto start = Clock::now();
+        StepResult step = decoder_.step(max_new_tokens_ - result_.tokens.size());
+        seconds_ += specdec::detail::seconds_since(start);
+        result_.tokens.insert(result_.tokens.end(), step.tokens.begin(), step.tokens.end());
+        result_.stats += step.stats;
+        result_.stats.total_seconds = seconds_;
+        if (step.stop) {
+            result_.stop_reason = *step.stop;
+            finished_ = true;
+        } else if (result_.tokens.size() >= max_new_tokens_) {
+            result_.stop_reason = StopReason::max_new_tokens;
+            finished_ = true;
+        }
+    }
+    [[nodiscard]] bool finished() const override { return finished_; }
+    [[nodiscard]] double progress() const override {
+        return static_cast<double>(result_.tokens.size()) / static_cast<double>(std::max<std::size_t>(1, max_new_tokens_));
+    }
+    [[nodiscard]] GenerationResult take() override { return std::move(result_); }
+
+private:
+    Decoder decoder_;
+    std::size_t max_new_tokens_;
+    GenerationResult result_;
+    double seconds_ = 0.0;
+    bool finished_ = false;
+};
+
+inline GenerationResult run_to_end(Generation& generation) {
+    while (!generation.finished()) generation.step();
+    return generation.take();
+}
+
+// Steps the generations in turn until all have finished: always the one
+// furthest behind (by the fraction of its tokens emitted; the first in order
+// among equals), so that all of them run through the same seconds and end
+// together, and a slow phase of the machine slows every one alike.
+inline void run_interleaved(std::span<Generation* const> generations) {
+    while (true) {
+        Generation* next = nullptr;
+        for (Generation* g : generations)
+            if (!g->finished() && (next == nullptr || g->progress() < next->progress())) next = g;
+        if (next == nullptr) return;
+        next->step();
+    }
+}
+
+}  // namespace detail
+
+// One row's speculative generation: start(options, prompt) builds a decoder
 // with the row's rule and its length policy, which lives as long as the row
-// (one policy over all of the row's repetitions).
-using RowGenerator = std::function<GenerationResult(const DecodingOptions&, std::span<const Token>)>;
+// (one policy over all of the row's repetitions), and prefills the prompt.
+using RowGenerator =
+    std::function<std::unique_ptr<detail::Generation>(const DecodingOptions&, std::span<const Token>)>;
 
 template <class Draft, CausalLM Target>
 [[nodiscard]] RowGenerator make_row_generator(Draft& draft, Target& target, const Configuration& configuration) {
     auto make = [&](auto rule, auto policy) -> RowGenerator {
         using Rule = decltype(rule);
         using Policy = decltype(policy);
+        using Decoder = SpeculativeDecoder<Target, Draft, Rule, SharedPolicy<Policy>>;
         auto shared = std::make_shared<Policy>(std::move(policy));
         return [&draft, &target, rule, shared](const DecodingOptions& options, std::span<const Token> prompt) {
-            SpeculativeDecoder<Target, Draft, Rule, SharedPolicy<Policy>> decoder(
-                specdec::target(target), specdec::draft(draft), options, rule, SharedPolicy<Policy>{shared.get()});
-            // Every row shares the models: each generation starts from an
-            // empty cache and pays the same prefill.
-            decoder.reset();
-            return decoder.generate(prompt);
+            return std::unique_ptr<detail::Generation>(std::make_unique<detail::DecoderGeneration<Decoder>>(
+                prompt, specdec::target(target), specdec::draft(draft), options, rule, SharedPolicy<Policy>{shared.get()}));
         };
     };
     if (configuration.rule == RuleChoice::tokenwise) {
@@ -149,14 +255,25 @@ template <class Draft, CausalLM Target>
 // Draft: a CausalLM draft model or a Drafter (e.g. PromptLookupDrafter).
 //
 // Order: repetition by repetition, and within one temperature of a
-// repetition, one autoregressive generation followed by every row's
-// speculative generation of the same prompt and seed (the autoregressive
-// tokens do not depend on the row, so one run serves them all; at T = 0 each
-// row is checked against it). Rows run forwards in even repetitions and
-// backwards in odd ones, so that no row always sits next to the baseline. A
-// slower phase of the machine therefore hits every row alike: rows are
-// compared with each other (auto against the best fixed k) on equal terms, and
-// the time saved on baselines buys more generated tokens per row.
+// repetition, one autoregressive generation and every row's speculative
+// generation of the same prompt and seed (the autoregressive tokens do not
+// depend on the row, so one run serves them all; at T = 0 each row is checked
+// against it).
+//
+// Interleaved (settings.interleave_rows, with models that have replica()):
+// every row gets a target and a draft of its own (shared weights, own KV
+// caches), and the baseline and all rows of a temperature advance step by
+// step in turn (detail::run_interleaved). The machine's speed drifts by ~5%
+// over seconds on a shared host; one row run after another, each row's time
+// carried its own share of that drift, and rows were compared with each other
+// (auto against the best fixed k) through it. Step by step, every row and the
+// baseline run through the same seconds. Each step is timed on its own, and
+// the tokens are those of a sequential run: each decoder has its own caches
+// and its random numbers are counters of its seed and position.
+//
+// Sequential (models that cannot be replicated, e.g. the CUDA model): the
+// baseline, then each row to its end; rows run forwards in even repetitions
+// and backwards in odd ones, so that no row always sits next to the baseline.
 template <class Draft, CausalLM Target>
 [[nodiscard]] std::vector<ConfigurationResult> run_configurations(Draft& draft, Target& target,
                                                                   std::span<const Token> prompt,
@@ -166,16 +283,38 @@ template <class Draft, CausalLM Target>
     const std::vector<Configuration> configurations = configurations_of(settings);
     const std::size_t total = configurations.size();
     if (total == 0) return {};
+    const bool interleaved = settings.interleave_rows && kInterleavable<Draft, Target>;
+    // Row i runs on row_targets[i] and row_drafts[i]: replicas when
+    // interleaved, the given models otherwise.
+    std::vector<std::unique_ptr<Target>> target_replicas;
+    std::vector<std::unique_ptr<Draft>> draft_replicas;
+    std::vector<Target*> row_targets(total, &target);
+    std::vector<Draft*> row_drafts(total, &draft);
+    if constexpr (kInterleavable<Draft, Target>) {
+        if (interleaved) {
+            for (std::size_t i = 0; i < total; ++i) {
+                target_replicas.push_back(detail::replica_of(target));
+                draft_replicas.push_back(detail::replica_of(draft));
+                row_targets[i] = target_replicas.back().get();
+                row_drafts[i] = draft_replicas.back().get();
+            }
+        }
+    }
     if (settings.warmup_tokens > 0) {
         // The first generations pay one-time costs (first touch of the KV
         // caches and scratch buffers, thread start-up): keep them out of the
-        // first row's numbers.
+        // first round's numbers. Each row's own models when it has them.
         const DecodingOptions warmup{.draft_tokens = configurations.front().draft_tokens,
                                      .sampling = SamplingOptions{.temperature = configurations.front().temperature},
                                      .seed = settings.seed,
                                      .max_new_tokens = std::min(settings.warmup_tokens, settings.new_tokens)};
         (void)AutoregressiveDecoder<Target>(target, warmup).generate(prompt);
         (void)SpeculativeDecoder<Target, Draft>(specdec::target(target), specdec::draft(draft), warmup).generate(prompt);
+        for (std::size_t i = 0; i < target_replicas.size(); ++i) {
+            SpeculativeDecoder<Target, Draft> decoder(specdec::target(*row_targets[i]), specdec::draft(*row_drafts[i]), warmup);
+            (void)decoder.generate(prompt);
+            decoder.reset();
+        }
     }
     std::vector<ConfigurationResult> results(total);
     std::vector<RowGenerator> generators;
@@ -189,7 +328,7 @@ template <class Draft, CausalLM Target>
         result.auto_length = configuration.auto_length;
         result.rule = configuration.rule;
         result.repetitions = settings.repetitions;
-        generators.push_back(make_row_generator(draft, target, configuration));
+        generators.push_back(make_row_generator(*row_drafts[i], *row_targets[i], configuration));
         if (std::find(temperatures.begin(), temperatures.end(), configuration.temperature) == temperatures.end())
             temperatures.push_back(configuration.temperature);
     }
@@ -213,24 +352,40 @@ template <class Draft, CausalLM Target>
                                                    .seed = settings.seed + repetition,
                                                    .max_new_tokens = settings.new_tokens};
             const std::span<const Token> round_prompt = repetition_prompt(settings.repetition_prompts, prompt, repetition);
-            AutoregressiveDecoder<Target> autoregressive(target, baseline_options);
-            autoregressive.reset();
-            const GenerationResult baseline = autoregressive.generate(round_prompt);
-            for (const std::size_t i : rows) {
-                ConfigurationResult& result = results[i];
+            auto start_row = [&](std::size_t i) {
                 if (progress)
                     progress(ProgressStep{++step, total * settings.repetitions, temperature,
-                                          configurations[i].draft_tokens, result.label(), repetition + 1,
+                                          configurations[i].draft_tokens, results[i].label(), repetition + 1,
                                           settings.repetitions, settings.time_budget_seconds});
                 DecodingOptions options = baseline_options;
                 options.draft_tokens = configurations[i].draft_tokens;
-                const GenerationResult fast = generators[i](options, round_prompt);
+                return generators[i](options, round_prompt);
+            };
+            detail::DecoderGeneration<AutoregressiveDecoder<Target>> autoregressive(round_prompt, target, baseline_options);
+            GenerationResult baseline;
+            std::vector<GenerationResult> fast(total);
+            if (interleaved) {
+                std::vector<std::unique_ptr<detail::Generation>> generations;
+                std::vector<detail::Generation*> running{&autoregressive};
+                for (const std::size_t i : rows) {
+                    generations.push_back(start_row(i));
+                    running.push_back(generations.back().get());
+                }
+                detail::run_interleaved(running);
+                baseline = autoregressive.take();
+                for (std::size_t r = 0; r < rows.size(); ++r) fast[rows[r]] = generations[r]->take();
+            } else {
+                baseline = detail::run_to_end(autoregressive);
+                for (const std::size_t i : rows) fast[i] = detail::run_to_end(*start_row(i));
+            }
+            for (const std::size_t i : rows) {
+                ConfigurationResult& result = results[i];
                 result.autoregressive += baseline.stats;
-                result.speculative += fast.stats;
+                result.speculative += fast[i].stats;
                 if (baseline.stats.decode_tokens_per_second() > 0.0)
-                    result.speedup_per_repetition.push_back(fast.stats.decode_tokens_per_second() /
+                    result.speedup_per_repetition.push_back(fast[i].stats.decode_tokens_per_second() /
                                                             baseline.stats.decode_tokens_per_second());
-                if (temperature == 0.0) detail::check_greedy_match(result, baseline.tokens, fast.tokens);
+                if (temperature == 0.0) detail::check_greedy_match(result, baseline.tokens, fast[i].tokens);
             }
             if (after_round) after_round();
         }
@@ -297,6 +452,7 @@ template <class Draft, CausalLM Target>
         report.configurations.empty() ? inputs.settings.repetitions : report.configurations.front().repetitions;
     report.max_repetitions = inputs.settings.repetitions;
     report.time_budget_seconds = inputs.settings.time_budget_seconds;
+    report.interleaved_rows = inputs.settings.interleave_rows && kInterleavable<Draft, Target>;
     costs.rounds(inputs.cost_settings.rounds);
     costs.write(report.costs);
     apply_costs(report.configurations, report.costs);

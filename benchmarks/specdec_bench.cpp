@@ -154,7 +154,8 @@ int run(const BenchOptions& options) {
                                   .repetitions = options.repetitions,
                                   .time_budget_seconds = options.time_budget_seconds,
                                   .seed = options.seed,
-                                  .repetition_prompts = setup.repetition_prompts};
+                                  .repetition_prompts = setup.repetition_prompts,
+                                  .interleave_rows = options.interleave_rows};
     return std::visit(
         [&](auto& draft) { return std::visit([&](auto& target) { return benchmark_and_report(*draft, *target, inputs, options); }, setup.target); },
         setup.draft);

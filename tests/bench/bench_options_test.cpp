@@ -67,7 +67,7 @@ TEST_CASE("the draft-tokens option takes auto beside numbers and the rule option
 TEST_CASE("lists, numbers and both flag spellings are parsed", "[bench][cli]") {
     const BenchOptions options = parse({"--draft-tokens", "8,2,4,2", "--temperatures=0,0.7", "--new-tokens", "16",
                                         "--repetitions=3", "--threads", "1", "--seed", "7", "--synthetic-size", "tiny",
-                                        "--json", "out.json", "--svg", "out.svg", "--quiet"});
+                                        "--json", "out.json", "--svg", "out.svg", "--quiet", "--sequential-rows"});
     CHECK(options.draft_tokens == std::vector<std::size_t>{2, 4, 8});  // sorted, duplicates dropped
     CHECK(options.temperatures == std::vector<double>{0.0, 0.7});
     CHECK(options.new_tokens == 16);
@@ -78,6 +78,9 @@ TEST_CASE("lists, numbers and both flag spellings are parsed", "[bench][cli]") {
     CHECK(options.json_path == std::optional<std::string>("out.json"));
     CHECK(options.svg_path == std::optional<std::string>("out.svg"));
     CHECK(options.quiet);
+    CHECK_FALSE(options.interleave_rows);
+    CHECK(parse({}).interleave_rows);
+    CHECK_THROWS_AS(parse({"--sequential-rows=yes"}), specdec::bench::UsageError);
 }
 
 TEST_CASE("the help option is accepted alone and stops validation", "[bench][cli]") {

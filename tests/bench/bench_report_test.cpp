@@ -337,5 +337,94 @@ TEST_CASE("a time budget runs whole rounds while the next one is expected to fit
     CHECK(json["settings"]["time_budget_seconds"].get<double>() == 1e-9);
     std::ostringstream header;
     print_header(header, report);
-    CHECK(header.str().find("2 repetitions (rounds over every row; as many as fit in 0 s, at most 4)") != std::string::npos);
+    CHECK(header.str().find("2 repetitions (rounds over every row; as many as fit in 0 s, at most 4; within a round all "
+                            "rows step by step in turn)") != std::string::npos);
+    CHECK(json["settings"]["interleaved_rows"] == true);
+    // Rows one after another say so.
+    inputs.settings.interleave_rows = false;
+    const BenchReport sequential = run_benchmark(pair.draft, pair.target, inputs);
+    CHECK(report_to_json(sequential)["settings"]["interleaved_rows"] == false);
+    std::ostringstream sequential_header;
+    print_header(sequential_header, sequential);
+    CHECK(sequential_header.str().find("at most 4; one row after another)") != std::string::npos);
+}
+
+namespace {
+
+// A CausalLM over a LlamaModel that records which instance ran each pass, and
+// can be replicated like it: the log shows how the runner schedules rows.
+struct PassLoggingModel {
+    LlamaModel model;
+    int id = 0;
+    std::shared_ptr<std::vector<int>> log = std::make_shared<std::vector<int>>();
+    std::shared_ptr<int> instances = std::make_shared<int>(1);
+
+    [[nodiscard]] std::size_t vocab_size() const { return model.vocab_size(); }
+    [[nodiscard]] std::size_t context_length() const { return model.context_length(); }
+    [[nodiscard]] std::size_t cached_tokens() const { return model.cached_tokens(); }
+    LogitsView forward(std::span<const Token> tokens) {
+        log->push_back(id);
+        return model.forward(tokens);
+    }
+    void truncate(std::size_t n) { model.truncate(n); }
+    [[nodiscard]] PassLoggingModel replica() const { return PassLoggingModel{model.replica(), (*instances)++, log, instances}; }
+};
+
+// Target passes of every row's speculative steps (one per step).
+std::size_t interleaved_steps(const std::vector<ConfigurationResult>& rows) {
+    std::size_t steps = 0;
+    for (const ConfigurationResult& row : rows) steps += row.speculative.target_forward_passes;
+    return steps;
+}
+
+}  // namespace
+
+TEST_CASE("rows advanced step by step on replicas give the counts of rows run one after another", "[bench][report]") {
+    TinyPair pair;
+    const std::vector<Token> prompt = seeded_token_prompt(6, pair.target.vocab_size(), 5);
+    RunSettings settings{.draft_tokens = {1, 3}, .rules = {RuleChoice::tokenwise, RuleChoice::block},
+                         .temperatures = {0.0, 1.0}, .new_tokens = 16, .repetitions = 2, .seed = 13};
+    settings.interleave_rows = false;
+    PassLoggingModel sequential_target{pair.target.replica()};
+    const std::vector<ConfigurationResult> sequential = run_configurations(pair.draft, sequential_target, prompt, settings);
+    settings.interleave_rows = true;
+    PassLoggingModel target{pair.target.replica()};
+    const std::vector<ConfigurationResult> interleaved = run_configurations(pair.draft, target, prompt, settings);
+    STATIC_REQUIRE(kInterleavable<LlamaModel, PassLoggingModel>);
+    REQUIRE(sequential.size() == interleaved.size());
+    // Each decoder has its own caches and counter-based random numbers, so a
+    // fixed length gives the same tokens whatever ran between its steps.
+    for (std::size_t i = 0; i < sequential.size(); ++i) {
+        const GenerationStats& a = sequential[i].speculative;
+        const GenerationStats& b = interleaved[i].speculative;
+        INFO("row " << sequential[i].label() << " at T = " << sequential[i].temperature);
+        CHECK(a.generated_tokens == b.generated_tokens);
+        CHECK(a.target_forward_passes == b.target_forward_passes);
+        CHECK(a.draft_tokens_proposed == b.draft_tokens_proposed);
+        CHECK(a.draft_tokens_accepted == b.draft_tokens_accepted);
+        CHECK(a.accepted_at_position == b.accepted_at_position);
+        CHECK(sequential[i].autoregressive.generated_tokens == interleaved[i].autoregressive.generated_tokens);
+        CHECK(interleaved[i].speedup_per_repetition.size() == 2);
+        CHECK(interleaved[i].speculative.decode_seconds() > 0.0);
+        if (sequential[i].temperature == 0.0) {
+            REQUIRE(interleaved[i].greedy_match.has_value());
+            CHECK(*interleaved[i].greedy_match);
+        }
+    }
+    // Sequentially every pass runs on the given model. Interleaved, the
+    // baseline (instance 0) and one replica per row take turns step by step,
+    // so the instance changes at about every pass (145 changes for 81
+    // speculative steps when written); replicas that ran one generation after
+    // another would change it about once per generation (2 x 7 times).
+    auto switches_of = [](const std::vector<int>& log) {
+        std::size_t switches = 0;
+        for (std::size_t i = 1; i < log.size(); ++i) switches += log[i] != log[i - 1];
+        return switches;
+    };
+    CHECK(*sequential_target.instances == 1);
+    CHECK(switches_of(*sequential_target.log) == 0);
+    REQUIRE(*target.instances == 1 + static_cast<int>(interleaved.size()));
+    const std::size_t steps = interleaved_steps(interleaved);
+    INFO("instance switches " << switches_of(*target.log) << ", speculative steps " << steps);
+    CHECK(switches_of(*target.log) >= steps);
 }

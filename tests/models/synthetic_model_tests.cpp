@@ -133,3 +133,32 @@ TEST_CASE("the 100m pair: a realistic target, a default draft at realistic accep
     CHECK(control_stats.acceptance < 0.05);
     CHECK(draft.weights().bytes_read_per_forward() * 5 < target.weights().bytes_read_per_forward());
 }
+
+TEST_CASE("a replica shares its model's weights and keeps a cache of its own", "[model][synthetic]") {
+    LlamaModel model = specdec::make_synthetic_target({.size = "tiny", .seed = 4, .max_context = 48});
+    LlamaModel replica = model.replica();
+    CHECK(replica.weights().layers[0].query.data == model.weights().layers[0].query.data);  // not copied
+    CHECK(replica.weights().output.data == model.weights().output.data);
+    CHECK(replica.context_length() == 48);
+    CHECK(replica.threads() == model.threads());
+    CHECK(replica.name() == model.name());
+    CHECK(replica.cached_tokens() == 0);
+
+    // Two sequences advanced in turn give what each gives alone.
+    const std::vector<Token> other = {7, 300, 2, 2, 81};
+    LlamaModel alone = specdec::make_synthetic_target({.size = "tiny", .seed = 4, .max_context = 48});
+    const auto expected_first = specdec::test::copy_rows(alone.forward(std::span(kPrompt).first(3)));
+    const auto expected_rest = specdec::test::copy_rows(alone.forward(std::span(kPrompt).subspan(3)));
+    alone.truncate(0);
+    const auto expected_other = specdec::test::copy_rows(alone.forward(other));
+
+    const auto first = specdec::test::copy_rows(model.forward(std::span(kPrompt).first(3)));
+    const auto replica_rows = specdec::test::copy_rows(replica.forward(other));
+    const auto rest = specdec::test::copy_rows(model.forward(std::span(kPrompt).subspan(3)));
+    CHECK(model.cached_tokens() == kPrompt.size());
+    CHECK(replica.cached_tokens() == other.size());
+    CHECK(first == expected_first);
+    CHECK(rest == expected_rest);
+    CHECK(replica_rows == expected_other);
+    CHECK(specdec::test::max_abs_difference(replica_rows[0], first[0]) > 0.0f);  // different inputs, different rows
+}

@@ -76,6 +76,16 @@ public:
         return LlamaModel(llama_weights_from_gguf(std::move(file)), std::move(options));
     }
 
+    // Another model over the same weights (their bytes are shared, not
+    // copied: a mapped file or generated storage stays alive while either
+    // model does) and the same thread pool, with an empty KV cache of the same
+    // capacity: one more sequence beside this one, e.g. a second request, or
+    // benchmark rows advanced step by step in turn. The two caches are
+    // independent; the models must not run at the same time on one pool.
+    [[nodiscard]] LlamaModel replica() const {
+        return LlamaModel(weights_, LlamaOptions{.max_context = context_length(), .thread_pool = pool_, .name = name_});
+    }
+
     [[nodiscard]] std::size_t vocab_size() const noexcept { return weights_.config.vocab_size; }
     [[nodiscard]] std::size_t context_length() const noexcept { return cache_.capacity(); }
     [[nodiscard]] std::size_t cached_tokens() const noexcept { return cache_.size(); }
