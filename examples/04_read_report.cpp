@@ -35,8 +35,13 @@ int main(int argc, char** argv) {
             return 0;
         }
         const nlohmann::json& b = *best;
-        std::printf("best: temperature %g, %d draft tokens: %.2fx measured (%.2fx predicted, efficiency %.2f)\n",
-                    b.at("temperature").get<double>(), b.at("draft_tokens").get<int>(), b.at("speedup").get<double>(),
+        // draft_length is the number k, or "auto" where the decoder chose each
+        // step's length (then draft_tokens is the most it could choose).
+        const bool chosen = b.at("draft_length").is_string();
+        const std::string drafts = (chosen ? "auto, at most " : "") + std::to_string(b.at("draft_tokens").get<int>()) +
+                                   " draft tokens, " + b.at("rule").get<std::string>();
+        std::printf("best: temperature %g, %s: %.2fx measured (%.2fx predicted, efficiency %.2f)\n",
+                    b.at("temperature").get<double>(), drafts.c_str(), b.at("speedup").get<double>(),
                     b.at("predicted_speedup").get<double>(), b.at("efficiency").get<double>());
         std::printf("      %.1f tokens/s, acceptance %.2f, %.2f tokens per target pass, greedy match: %s\n",
                     b.at("tokens_per_second").get<double>(), b.at("acceptance_rate").get<double>(),
@@ -52,8 +57,8 @@ int main(int argc, char** argv) {
 //
 // machine: AMD EPYC, 2 threads, cpu
 // target synthetic-100m-F16-seed1, draft synthetic-100m-draft-early-exit-q8_0-seed1
-// best: temperature 1, 3 draft tokens: 2.27x measured (2.35x predicted, efficiency 0.97)
-//       147.0 tokens/s, acceptance 0.85, 3.51 tokens per target pass, greedy match: n/a (sampled)
+// best: temperature 1, auto, at most 8 draft tokens, block: 2.24x measured (2.14x predicted, efficiency 1.04)
+//       131.4 tokens/s, acceptance 0.81, 3.93 tokens per target pass, greedy match: n/a (sampled)
 //
 // (The CTest smoke test reads a report of the "tiny" pair with 8 new tokens:
 // runs of a millisecond, so its timings, and the "best" it finds, are noise.)
