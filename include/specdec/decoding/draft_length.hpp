@@ -214,6 +214,7 @@ public:
             bin_tested_[bin] = bin_tested_[bin] * options_.decay + 1.0;
             bin_accepted_[bin] = bin_accepted_[bin] * options_.decay + (i < outcome.accepted ? 1.0 : 0.0);
         }
+        refresh_acceptance();
         // Costs. A target pass is recorded in draft passes of the same step:
         // on a shared machine the speed of both models drifts together (by a
         // third within a minute here), and widths timed in different phases,
@@ -293,13 +294,27 @@ private:
         }
     }
 
+    // a_i: the decayed acceptance at position i, pulled towards a_{i-1} by
+    // prior_strength pseudo-samples (a position never tested takes the
+    // deepest estimate; before anything was measured, 0.5). Read many times
+    // per draft, so observe() computes it once per step (refresh_acceptance).
     [[nodiscard]] double position_acceptance(std::size_t i) const {
-        double estimate = 0.5;  // before anything was measured
-        for (std::size_t j = 0; j <= i; ++j) {
-            const double t = j < tested_.size() ? tested_[j] : 0.0, a = j < accepted_.size() ? accepted_[j] : 0.0;
-            estimate = (a + options_.prior_strength * estimate) / (t + options_.prior_strength);
+        if (position_acceptance_.empty()) return 0.5;
+        return position_acceptance_[std::min(i, position_acceptance_.size() - 1)];
+    }
+    void refresh_acceptance() {
+        position_acceptance_.resize(tested_.size());
+        double estimate = 0.5;
+        for (std::size_t j = 0; j < tested_.size(); ++j) {
+            estimate = (accepted_[j] + options_.prior_strength * estimate) / (tested_[j] + options_.prior_strength);
+            position_acceptance_[j] = estimate;
         }
-        return estimate;
+        double tested = 0.0, accepted = 0.0;
+        for (std::size_t b = 0; b < kBins; ++b) {
+            tested += bin_tested_[b];
+            accepted += bin_accepted_[b];
+        }
+        pooled_acceptance_ = accepted > 0.0 ? accepted / tested : 0.0;
     }
     // A(t) at draft position i: a_i times how much more (or less) often than
     // average a draft with q's top probability in this bin is accepted. The
@@ -310,13 +325,8 @@ private:
     // a fixed length would not (with the block rule one run drafted 5.6 a
     // step on average where 3 was best).
     [[nodiscard]] double bin_acceptance(std::size_t bin, std::size_t i) const {
-        double tested = 0.0, accepted = 0.0;
-        for (std::size_t b = 0; b < kBins; ++b) {
-            tested += bin_tested_[b];
-            accepted += bin_accepted_[b];
-        }
-        if (!(accepted > 0.0)) return position_acceptance(i);
-        const double pooled = accepted / tested;
+        if (!(pooled_acceptance_ > 0.0)) return position_acceptance(i);
+        const double pooled = pooled_acceptance_;
         const double bin_rate = (bin_accepted_[bin] + options_.bin_prior_strength * pooled) /
                                 (bin_tested_[bin] + options_.bin_prior_strength);
         return std::min(1.0, position_acceptance(i) * bin_rate / pooled);
@@ -456,6 +466,8 @@ private:
     enum class CostUnit { undecided, draft_passes, seconds };
     CostUnit cost_unit_ = CostUnit::undecided;  // of V(n), chosen at the first verified step
     std::vector<double> tested_, accepted_;
+    std::vector<double> position_acceptance_;  // a_i (refresh_acceptance)
+    double pooled_acceptance_ = 0.0;           // accepted / tested over every bin; 0 before any acceptance
     std::array<double, kBins> bin_tested_{}, bin_accepted_{}, bin_formed_{};
     std::vector<float> top_probabilities_;
     std::vector<double> unformed_acceptance_;  // per draft position, for this step's stop
