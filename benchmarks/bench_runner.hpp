@@ -1,8 +1,8 @@
 #pragma once
 // The measurement loop: autoregressive and speculative generations of the
-// same prompt with the same seed, interleaved repetition by repetition over
-// every row (see run_configurations), so that slow drifts of the machine
-// (frequency scaling, other processes) spread evenly over methods and rows.
+// same prompt with the same seed, round by round over every row, and within a
+// round step by step in turn (see run_configurations), so that slow drifts of
+// the machine (frequency scaling, other processes) hit methods and rows alike.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -226,9 +226,10 @@ inline void run_interleaved(std::span<Generation* const> generations) {
 
 }  // namespace detail
 
-// One row's speculative generation: start(options, prompt) builds a decoder
-// with the row's rule and its length policy, which lives as long as the row
-// (one policy over all of the row's repetitions), and prefills the prompt.
+// One row's speculative generation: called with (options, prompt), it builds
+// a decoder with the row's rule and its length policy, which lives as long as
+// the row (one policy over all of the row's repetitions), prefills the prompt
+// and returns the generation, ready to step.
 using RowGenerator =
     std::function<std::unique_ptr<detail::Generation>(const DecodingOptions&, std::span<const Token>)>;
 
