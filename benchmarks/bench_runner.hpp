@@ -66,6 +66,9 @@ struct ProgressStep {
     std::size_t repetition = 0;  // 1-based
     std::size_t repetitions = 0;       // the most (with a time budget: fewer if they do not fit)
     double time_budget_seconds = 0.0;  // RunSettings::time_budget_seconds
+    // > 0: this row starts with the others of its temperature (this many
+    // rows and the baseline), all then advancing step by step in turn.
+    std::size_t rows_in_turn = 0;
 };
 
 using ProgressCallback = std::function<void(const ProgressStep&)>;
@@ -357,7 +360,8 @@ template <class Draft, CausalLM Target>
                 if (progress)
                     progress(ProgressStep{++step, total * settings.repetitions, temperature,
                                           configurations[i].draft_tokens, results[i].label(), repetition + 1,
-                                          settings.repetitions, settings.time_budget_seconds});
+                                          settings.repetitions, settings.time_budget_seconds,
+                                          interleaved ? rows.size() : 0});
                 DecodingOptions options = baseline_options;
                 options.draft_tokens = configurations[i].draft_tokens;
                 return generators[i](options, round_prompt);

@@ -36,14 +36,26 @@ namespace {
 using namespace specdec::bench;
 
 // "[3/10] T=1 k=4 rep 2/2" on stderr; overwritten in place on a terminal, one
-// line each otherwise (logs).
+// line each otherwise (logs). Rows that advance in turn start together: one
+// line for all of them ("[round 2] T=1: 9 rows and the baseline in turn").
 class ProgressPrinter {
 public:
     explicit ProgressPrinter(bool enabled) : enabled_(enabled), terminal_(isatty(STDERR_FILENO) == 1) {}
 
-    void operator()(const ProgressStep& step) const {
+    void operator()(const ProgressStep& step) {
         if (!enabled_) return;
-        if (step.time_budget_seconds > 0.0) {  // how many rounds is not known in advance
+        if (step.rows_in_turn > 0) {
+            const std::pair<std::size_t, double> block{step.repetition, step.temperature};
+            if (block == last_block_) return;
+            last_block_ = block;
+            if (step.time_budget_seconds > 0.0)
+                std::fprintf(stderr, "%s[round %zu] T=%g: %zu rows and the baseline in turn%s", terminal_ ? "\r" : "",
+                             step.repetition, step.temperature, step.rows_in_turn, terminal_ ? "   " : "\n");
+            else
+                std::fprintf(stderr, "%s[rep %zu/%zu] T=%g: %zu rows and the baseline in turn%s", terminal_ ? "\r" : "",
+                             step.repetition, step.repetitions, step.temperature, step.rows_in_turn,
+                             terminal_ ? "   " : "\n");
+        } else if (step.time_budget_seconds > 0.0) {  // how many rounds is not known in advance
             std::fprintf(stderr, "%s[round %zu] T=%g k=%s%s", terminal_ ? "\r" : "", step.repetition, step.temperature,
                          step.label.c_str(), terminal_ ? "          " : "\n");
         } else {
@@ -60,6 +72,7 @@ public:
 private:
     bool enabled_;
     bool terminal_;
+    std::pair<std::size_t, double> last_block_{0, -1.0};  // (repetition, temperature) last announced
 };
 
 void write_file(const std::string& path, const std::string& content) {
@@ -72,7 +85,7 @@ void write_file(const std::string& path, const std::string& content) {
 // Runs the benchmark on whichever models were set up, then reports.
 template <class Draft, class Target>
 int benchmark_and_report(Draft& draft, Target& target, BenchInputs inputs, const BenchOptions& options) {
-    const ProgressPrinter printer(!options.quiet);
+    ProgressPrinter printer(!options.quiet);
     if (!options.quiet && inputs.settings.time_budget_seconds > 0.0)
         std::fprintf(stderr,
                      "%zu configurations, rounds while they fit in %.0f s (%zu to %zu; forward costs timed between rounds)...\n",

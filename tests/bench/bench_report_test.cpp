@@ -77,6 +77,9 @@ TEST_CASE("a tiny synthetic run produces a JSON report with every required field
                         std::to_string(s.repetition));
     CHECK(order == std::vector<std::string>{"T0 k1 r1", "T0 k3 r1", "T1 k1 r1", "T1 k3 r1", "T0 k3 r2", "T0 k1 r2",
                                             "T1 k3 r2", "T1 k1 r2"});
+    // The tiny LlamaModel pair has replicas: each row starts beside the
+    // other of its temperature, and both advance in turn.
+    for (const ProgressStep& s : steps) CHECK(s.rows_in_turn == 2);
     REQUIRE(report.configurations.size() == 4);
     CHECK(report.all_greedy_runs_match());
 
@@ -342,7 +345,11 @@ TEST_CASE("a time budget runs whole rounds while the next one is expected to fit
     CHECK(json["settings"]["interleaved_rows"] == true);
     // Rows one after another say so.
     inputs.settings.interleave_rows = false;
-    const BenchReport sequential = run_benchmark(pair.draft, pair.target, inputs);
+    std::vector<ProgressStep> sequential_steps;
+    const BenchReport sequential =
+        run_benchmark(pair.draft, pair.target, inputs, [&](const ProgressStep& s) { sequential_steps.push_back(s); });
+    REQUIRE(!sequential_steps.empty());
+    for (const ProgressStep& s : sequential_steps) CHECK(s.rows_in_turn == 0);
     CHECK(report_to_json(sequential)["settings"]["interleaved_rows"] == false);
     std::ostringstream sequential_header;
     print_header(sequential_header, sequential);
