@@ -313,12 +313,11 @@ template <class Draft, CausalLM Target>
                                      .seed = settings.seed,
                                      .max_new_tokens = std::min(settings.warmup_tokens, settings.new_tokens)};
         (void)AutoregressiveDecoder<Target>(target, warmup).generate(prompt);
-        (void)SpeculativeDecoder<Target, Draft>(specdec::target(target), specdec::draft(draft), warmup).generate(prompt);
-        for (std::size_t i = 0; i < target_replicas.size(); ++i) {
-            SpeculativeDecoder<Target, Draft> decoder(specdec::target(*row_targets[i]), specdec::draft(*row_drafts[i]), warmup);
-            (void)decoder.generate(prompt);
-            decoder.reset();
-        }
+        // Every pair of models the rows run on: the given pair, or each row's replicas.
+        const std::size_t pairs = interleaved ? total : 1;
+        for (std::size_t i = 0; i < pairs; ++i)
+            (void)SpeculativeDecoder<Target, Draft>(specdec::target(*row_targets[i]), specdec::draft(*row_drafts[i]), warmup)
+                .generate(prompt);
     }
     std::vector<ConfigurationResult> results(total);
     std::vector<RowGenerator> generators;

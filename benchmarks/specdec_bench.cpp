@@ -48,13 +48,11 @@ public:
             const std::pair<std::size_t, double> block{step.repetition, step.temperature};
             if (block == last_block_) return;
             last_block_ = block;
-            if (step.time_budget_seconds > 0.0)
-                std::fprintf(stderr, "%s[round %zu] T=%g: %zu rows and the baseline in turn%s", terminal_ ? "\r" : "",
-                             step.repetition, step.temperature, step.rows_in_turn, terminal_ ? "   " : "\n");
-            else
-                std::fprintf(stderr, "%s[rep %zu/%zu] T=%g: %zu rows and the baseline in turn%s", terminal_ ? "\r" : "",
-                             step.repetition, step.repetitions, step.temperature, step.rows_in_turn,
-                             terminal_ ? "   " : "\n");
+            const std::string round = step.time_budget_seconds > 0.0
+                                          ? "round " + std::to_string(step.repetition)
+                                          : "rep " + std::to_string(step.repetition) + "/" + std::to_string(step.repetitions);
+            std::fprintf(stderr, "%s[%s] T=%g: %zu rows and the baseline in turn%s", terminal_ ? "\r" : "", round.c_str(),
+                         step.temperature, step.rows_in_turn, terminal_ ? "   " : "\n");
         } else if (step.time_budget_seconds > 0.0) {  // how many rounds is not known in advance
             std::fprintf(stderr, "%s[round %zu] T=%g k=%s%s", terminal_ ? "\r" : "", step.repetition, step.temperature,
                          step.label.c_str(), terminal_ ? "          " : "\n");

@@ -279,14 +279,14 @@ TEST_CASE("AutoLength's stop values deep drafts at the acceptance of their posit
     const std::size_t cap = 8, best = best_length(pair, cap);
     specdec::AutoLength policy;
     const std::vector<std::size_t> lengths = simulate(policy, pair, cap, 800, 13);
-    double tokens = 0.0, seconds = 0.0;
+    double tokens = 0.0, seconds = 0.0, drafts = 0.0;
     for (std::size_t step = 200; step < lengths.size(); ++step) {
         tokens += expected_tokens(pair, lengths[step]);
         seconds += step_seconds(pair, lengths[step]);
+        drafts += static_cast<double>(lengths[step]);
     }
     const double rate = tokens / seconds;
-    double mean_length = 0.0;
-    for (std::size_t step = 200; step < lengths.size(); ++step) mean_length += static_cast<double>(lengths[step]) / 600.0;
+    const double mean_length = drafts / static_cast<double>(lengths.size() - 200);
     INFO("best k = " << best << ": the drafted lengths (" << mean_length << " a step) have "
                      << rate / expected_rate(pair, best) << " of its rate");
     // With A(t) pooled over positions the stop drafted 4.3 a step here (k* =
