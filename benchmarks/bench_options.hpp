@@ -74,6 +74,7 @@ struct BenchOptions {
     double time_budget_seconds = 50.0;  // 0 = no budget
     std::size_t threads = 0;  // 0 = every hardware thread
     bool interleave_rows = true;  // false: --sequential-rows
+    bool learn_auto_first = true;  // false: --cold-auto
     std::uint64_t seed = 42;
     std::optional<std::string> json_path;
     std::optional<std::string> svg_path;
@@ -146,6 +147,9 @@ what to measure
   --sequential-rows         run each row's generation to its end before the next starts, on the one
                             pair of models (default: the baseline and all rows of a round advance step
                             by step in turn, each on its own replica of the models; CPU models only)
+  --cold-auto               measure the auto rows from their first step (default: each auto row first
+                            generates once, untimed, on another prompt, as a serving process whose
+                            decoder has already answered a request)
 
 output
   --json FILE               write the full report as JSON
@@ -318,6 +322,9 @@ inline void require_file(std::string_view flag, const std::string& path) {
         } else if (flag == "--sequential-rows") {
             no_value();
             options.interleave_rows = false;
+        } else if (flag == "--cold-auto") {
+            no_value();
+            options.learn_auto_first = false;
         } else if (flag == "--threads") {
             options.threads = detail::parse_count(flag, value(), 1);
         } else if (flag == "--seed") {

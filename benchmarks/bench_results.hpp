@@ -263,6 +263,7 @@ struct BenchReport {
     std::size_t max_repetitions = 0;    // rounds asked for (the most, with a time budget)
     double time_budget_seconds = 0.0;   // > 0: the rounds ran while they fit in it
     bool interleaved_rows = false;      // each round's rows advanced step by step in turn (run_configurations)
+    bool auto_learned_first = false;    // auto rows generated once, untimed, before the rounds
     std::uint64_t seed = 0;
     CostMeasurement costs;
     std::vector<ConfigurationResult> configurations;

@@ -55,6 +55,12 @@ struct RunSettings {
     // the models (when both have them; see run_configurations); false: one
     // row after another on the given models.
     bool interleave_rows = true;
+    // Each auto row first generates once, untimed, on a prompt no round
+    // measures: a serving process keeps its decoder, and with it what
+    // AutoLength has learned, from one request to the next, so the rounds
+    // measure the learned policy rather than its first steps (the warm-up
+    // lengths, then choices made from a handful of timings). false: --cold-auto.
+    bool learn_auto_first = true;
 };
 
 struct ProgressStep {
@@ -335,6 +341,18 @@ template <class Draft, CausalLM Target>
         if (std::find(temperatures.begin(), temperatures.end(), configuration.temperature) == temperatures.end())
             temperatures.push_back(configuration.temperature);
     }
+    if (settings.learn_auto_first) {
+        // The prompt reversed: as long as the measured ones, and none of them.
+        const std::vector<Token> learning_prompt(prompt.rbegin(), prompt.rend());
+        for (std::size_t i = 0; i < total; ++i) {
+            if (!configurations[i].auto_length) continue;
+            const DecodingOptions learning{.draft_tokens = configurations[i].draft_tokens,
+                                           .sampling = SamplingOptions{.temperature = configurations[i].temperature},
+                                           .seed = settings.seed ^ 0x1EA2'0000'0000'0000ull,
+                                           .max_new_tokens = settings.new_tokens};
+            (void)detail::run_to_end(*generators[i](learning, learning_prompt));
+        }
+    }
     std::size_t step = 0, rounds = 0;
     const auto rounds_start = detail::Clock::now();
     double rounds_seconds = 0.0;
@@ -457,6 +475,7 @@ template <class Draft, CausalLM Target>
     report.max_repetitions = inputs.settings.repetitions;
     report.time_budget_seconds = inputs.settings.time_budget_seconds;
     report.interleaved_rows = inputs.settings.interleave_rows && kInterleavable<Draft, Target>;
+    report.auto_learned_first = inputs.settings.learn_auto_first;
     costs.rounds(inputs.cost_settings.rounds);
     costs.write(report.costs);
     apply_costs(report.configurations, report.costs);

@@ -177,6 +177,7 @@ inline constexpr int kReportFormatVersion = 1;
               {"time_budget_seconds", report.time_budget_seconds > 0.0 ? nlohmann::ordered_json(report.time_budget_seconds)
                                                                        : nlohmann::ordered_json(nullptr)},
               {"interleaved_rows", report.interleaved_rows},
+              {"auto_learned_first", report.auto_learned_first},
               {"seed", report.seed}}},
             {"costs",
              {{"target_step_seconds", report.costs.target_step_seconds},

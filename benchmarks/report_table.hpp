@@ -115,8 +115,10 @@ inline void print_table(std::ostream& out, const BenchReport& report) {
     out << "alpha = accepted / tested drafts (per-token acceptance); acc.rate = accepted / proposed drafts; "
            "tok/pass = tokens per target pass\n";
     out << kPredictedSpeedupFormula << "; efficiency = measured / predicted\n";
-    out << "auto<=N: the decoder chose each step's length (at most N) by its online cost model; its c and v_k "
-           "columns are those of N, its prediction averages the model over the lengths it chose; "
+    out << "auto<=N: the decoder chose each step's length (at most N) by its online cost model"
+        << (report.auto_learned_first ? ", after one untimed generation on another prompt (--cold-auto: from its first step)"
+                                      : ", from its first step")
+        << "; its c and v_k columns are those of N, its prediction averages the model over the lengths it chose; "
            "block: block verification (Sun et al. 2025)\n";
 
     out << "\nwhere a step's time goes (ms per target pass): measured draft + verify + accept + other vs the "

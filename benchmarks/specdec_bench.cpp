@@ -166,7 +166,8 @@ int run(const BenchOptions& options) {
                                   .time_budget_seconds = options.time_budget_seconds,
                                   .seed = options.seed,
                                   .repetition_prompts = setup.repetition_prompts,
-                                  .interleave_rows = options.interleave_rows};
+                                  .interleave_rows = options.interleave_rows,
+                                  .learn_auto_first = options.learn_auto_first};
     return std::visit(
         [&](auto& draft) { return std::visit([&](auto& target) { return benchmark_and_report(*draft, *target, inputs, options); }, setup.target); },
         setup.draft);

@@ -81,6 +81,9 @@ TEST_CASE("lists, numbers and both flag spellings are parsed", "[bench][cli]") {
     CHECK_FALSE(options.interleave_rows);
     CHECK(parse({}).interleave_rows);
     CHECK_THROWS_AS(parse({"--sequential-rows=yes"}), specdec::bench::UsageError);
+    CHECK(parse({}).learn_auto_first);
+    CHECK_FALSE(parse({"--cold-auto"}).learn_auto_first);
+    CHECK_THROWS_AS(parse({"--cold-auto=yes"}), specdec::bench::UsageError);
 }
 
 TEST_CASE("the help option is accepted alone and stops validation", "[bench][cli]") {

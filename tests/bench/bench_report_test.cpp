@@ -435,3 +435,42 @@ TEST_CASE("rows advanced step by step on replicas give the counts of rows run on
     INFO("instance switches " << switches_of(*target.log) << ", speculative steps " << steps);
     CHECK(switches_of(*target.log) >= steps);
 }
+
+TEST_CASE("each auto row generates once untimed before the rounds unless measured cold", "[bench][report]") {
+    TinyPair pair;
+    const std::vector<Token> prompt = seeded_token_prompt(8, pair.target.vocab_size(), 5);
+    RunSettings settings{.draft_tokens = {2}, .auto_length = true, .rules = {RuleChoice::tokenwise},
+                         .temperatures = {0.0}, .new_tokens = 16, .repetitions = 1, .seed = 5};
+    settings.warmup_tokens = 0;
+    settings.interleave_rows = false;
+    auto passes_and_rows = [&](bool learn_first) {
+        settings.learn_auto_first = learn_first;
+        PassLoggingModel target{pair.target.replica()};
+        std::vector<ConfigurationResult> rows = run_configurations(pair.draft, target, prompt, settings);
+        return std::make_pair(target.log->size(), std::move(rows));
+    };
+    const auto [cold_passes, cold] = passes_and_rows(false);
+    const auto [learned_passes, learned] = passes_and_rows(true);
+    REQUIRE(cold.size() == 2);
+    REQUIRE(learned.size() == 2);
+    REQUIRE(learned[1].auto_length);
+    // Passes the rows' numbers account for: the baseline's (shared by both
+    // rows) and each row's own, and each of those generations' prefill.
+    auto counted = [](const std::vector<ConfigurationResult>& rows) {
+        std::size_t passes = rows.front().autoregressive.target_forward_passes + rows.size() + 1;
+        for (const ConfigurationResult& row : rows) passes += row.speculative.target_forward_passes;
+        return passes;
+    };
+    // Cold, the target ran those alone; learning first, it ran more ...
+    CHECK(cold_passes == counted(cold));
+    CHECK(learned_passes > counted(learned));
+    // ... and is in no row's numbers: the fixed row is the same draw, the
+    // auto row counts the rounds' tokens only.
+    CHECK(learned[0].speculative.target_forward_passes == cold[0].speculative.target_forward_passes);
+    CHECK(learned[0].speculative.draft_tokens_accepted == cold[0].speculative.draft_tokens_accepted);
+    CHECK(learned[1].speculative.generated_tokens == 16);
+    CHECK(cold[1].speculative.generated_tokens == 16);
+    BenchInputs inputs = tiny_inputs(pair.target, describe_llama(pair.draft, true));
+    inputs.settings.learn_auto_first = false;
+    CHECK(report_to_json(run_benchmark(pair.draft, pair.target, inputs))["settings"]["auto_learned_first"] == false);
+}

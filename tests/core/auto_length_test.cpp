@@ -26,6 +26,7 @@ struct SimulatedPair {
     std::function<double(std::size_t)> verify_seconds;
     double row_seconds = 0.0;
     double decline = 0.0;  // draft i is kept with probability acceptance - i * decline
+    double step_overhead = 0.0;  // seconds a step's drafting costs beyond its passes (when it drafts)
 
     [[nodiscard]] double acceptance_at(std::size_t i) const {
         return std::max(0.0, acceptance - static_cast<double>(i) * decline);
@@ -40,7 +41,7 @@ double expected_tokens(const SimulatedPair& pair, std::size_t k) {
 }
 
 double step_seconds(const SimulatedPair& pair, std::size_t k) {
-    return static_cast<double>(k) * pair.draft_seconds + pair.verify_seconds(k + 1) +
+    return static_cast<double>(k) * pair.draft_seconds + (k > 0 ? pair.step_overhead : 0.0) + pair.verify_seconds(k + 1) +
            static_cast<double>(k + 1) * pair.row_seconds;
 }
 
@@ -92,7 +93,8 @@ std::vector<std::size_t> simulate(specdec::AutoLength& policy, const SimulatedPa
         outcome.verified_tokens = proposed + 1;
         // machine(step): the whole machine's slowness at this step (both models).
         const double pace = machine ? machine(step) : 1.0;
-        outcome.draft_seconds = static_cast<double>(passes) * pair.draft_seconds * pace;
+        outcome.draft_seconds =
+            (static_cast<double>(passes) * pair.draft_seconds + (passes > 0 ? pair.step_overhead : 0.0)) * pace;
         outcome.target_seconds = pair.verify_seconds(proposed + 1) * (slow ? slow(step, proposed + 1) : 1.0) * pace;
         outcome.acceptance_seconds = static_cast<double>(proposed + 1) * pair.row_seconds;
         outcome.total_seconds = outcome.draft_seconds + outcome.target_seconds + outcome.acceptance_seconds;
@@ -293,4 +295,27 @@ TEST_CASE("AutoLength's stop values deep drafts at the acceptance of their posit
     // 4, so it ran on to 5 and 6 in a third of the steps) and kept 0.984 of
     // the best rate; valued by position, 3.7 a step and 0.993.
     CHECK(rate >= 0.99 * expected_rate(pair, best));
+}
+
+TEST_CASE("AutoLength charges the overhead of a step's drafting once a step, not as dearer passes", "[length-policy][auto]") {
+    // The first draft pass of a step runs cold and catches up: a step's
+    // drafting costs passes * d + a fixed part. Read as seconds per pass, the
+    // fixed part makes the passes of short steps look dear, and a target pass
+    // expressed in them cheap: the widths of one-draft steps would come out
+    // below the others and the plan would settle on short drafts.
+    for (const double overhead : {0.3e-3, 0.6e-3}) {
+        const SimulatedPair pair{.acceptance = 0.8, .draft_seconds = 1.0e-3, .verify_seconds = cpu_like_verify,
+                                 .row_seconds = 0.02e-3, .step_overhead = overhead};
+        const std::size_t cap = 8, best = best_length(pair, cap);
+        REQUIRE(best >= 3);
+        specdec::AutoLength policy;
+        std::vector<std::size_t> planned;
+        const std::vector<std::size_t> drafted = simulate(policy, pair, cap, 800, 5, {}, &planned);
+        std::size_t total = 0;
+        for (std::size_t i = drafted.size() - 400; i < drafted.size(); ++i) total += drafted[i];
+        const double mean = static_cast<double>(total) / 400.0;
+        INFO("overhead " << overhead * 1e3 << " ms: best k = " << best << ", mean drafted " << mean);
+        CHECK(mean >= static_cast<double>(best) - 0.5);
+        CHECK(expected_rate(pair, settled_length(drafted, 400)) >= 0.98 * expected_rate(pair, best));
+    }
 }

@@ -91,14 +91,17 @@ struct ConfidenceStop {
 //   A(t)  acceptance of a draft whose q has top probability t, and P(t) how
 //         often q has it (10 bins; at position i, A(t) is a_i times the bin's
 //         acceptance relative to all bins');
-//   d     seconds per draft pass; V(n) seconds of a target pass over n tokens,
+//   d     seconds per draft pass, and e the extra passes' worth a step's
+//         drafting costs beyond its passes (its first pass runs cold); V(n)
+//         seconds of a target pass over n tokens,
 //         kept as draft passes of the same step (so that widths timed while
 //         the machine was slow and while it was fast compare) times the
 //         current d (the measured widths' recent medians fitted non-decreasing
 //         in n, unmeasured widths interpolated linearly); r per verified row of
 //         acceptance work; o the rest of a step.
 // plan(): k* = argmax_k E(k) / T(k) with E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j and
-// T(k) = k d + V(k + 1) + (k + 1) r + o, and R = E(k*) / T(k*), the rate of
+// T(k) = (k + e) d + V(k + 1) + (k + 1) r + o (T(0) = V(1) + r + o), and
+// R = E(k*) / T(k*), the rate of
 // the best fixed length. k* = 0: no drafting (speculation does not pay).
 // Otherwise the draft may run to k* + max_extension drafts (at most the cap),
 // and each draft is decided by its worth in tokens less R times seconds (the rate-optimal stop of a renewal
@@ -222,7 +225,8 @@ public:
         // A drafter without passes (prompt lookup) leaves seconds as the unit.
         double pace = draft_pass_.value();  // seconds per draft pass now
         if (outcome.draft_passes > 0) {
-            pace = outcome.draft_seconds / static_cast<double>(outcome.draft_passes);
+            record_draft_seconds(outcome.draft_passes, outcome.draft_seconds);
+            pace = outcome.draft_seconds / (static_cast<double>(outcome.draft_passes) + draft_overhead_);
             draft_pass_.add(pace);
         }
         if (outcome.verified_tokens > 0 && cost_unit_ == CostUnit::undecided)
@@ -405,7 +409,49 @@ private:
     }
     [[nodiscard]] double step_seconds(std::size_t k) const {
         const double d = draft_pass_.value(), r = row_.value(), o = other_.value();
-        return static_cast<double>(k) * d + verify_seconds(k + 1) + static_cast<double>(k + 1) * r + o;
+        const double drafting = k > 0 ? (static_cast<double>(k) + draft_overhead_) * d : 0.0;
+        return drafting + verify_seconds(k + 1) + static_cast<double>(k + 1) * r + o;
+    }
+
+    // A step's drafting costs more than its passes: the first pass runs on
+    // caches the target's pass has just swept (and catches up on up to two
+    // tokens). Measured on the 100m pair: 2.7 ms for one pass, 2.3 ms a pass
+    // for three. Dividing the draft time by the passes would then make the
+    // unit of V(n) larger in short steps than in long ones, and a width timed
+    // in one-draft steps would look cheaper than it is: V(2) came out 4 ms
+    // below V(3) where the passes differ by 1 ms, and the plan drafted one
+    // token a step where three paid more. So drafting is modelled as
+    // (passes + e) draft passes, e fitted through the recent medians of the
+    // draft time by pass count (the line's intercept over its slope: a ratio
+    // of two times, so a machine that speeds up or slows down leaves it be).
+    void record_draft_seconds(std::size_t passes, double seconds) {
+        if (draft_by_passes_.size() < passes + 1) {
+            draft_by_passes_.resize(passes + 1);
+            draft_by_passes_weight_.resize(passes + 1, 0.0);
+        }
+        draft_by_passes_[passes].add(seconds);
+        for (double& weight : draft_by_passes_weight_) weight *= options_.decay;
+        draft_by_passes_weight_[passes] += 1.0;
+        double sw = 0.0, sp = 0.0, sy = 0.0, spp = 0.0, spy = 0.0;
+        std::size_t counts = 0;
+        for (std::size_t n = 1; n < draft_by_passes_.size(); ++n) {
+            const double w = draft_by_passes_weight_[n];
+            if (draft_by_passes_[n].empty() || w < kStaleWeight) continue;
+            const double x = static_cast<double>(n), y = draft_by_passes_[n].value();
+            sw += w;
+            sp += w * x;
+            sy += w * y;
+            spp += w * x * x;
+            spy += w * x * y;
+            ++counts;
+        }
+        const double spread = sw * spp - sp * sp;
+        if (counts < 2 || !(spread > 0.0)) return;  // one pass count: nothing to fit a line to
+        const double slope = (sw * spy - sp * sy) / spread, intercept = (sy - slope * sp) / sw;
+        // Bounded by one pass (0.25 was measured): a line through two noisy
+        // medians, early on, could otherwise claim that drafting is mostly
+        // overhead and make long drafts look cheap.
+        draft_overhead_ = slope > 0.0 ? std::clamp(intercept / slope, 0.0, 1.0) : 0.0;
     }
 
     // Drafter-side: each draft's worth against the planned rate (see the
@@ -471,7 +517,10 @@ private:
     std::array<double, kBins> bin_tested_{}, bin_accepted_{}, bin_formed_{};
     std::vector<float> top_probabilities_;
     std::vector<double> unformed_acceptance_;  // per draft position, for this step's stop
-    RecentTimings draft_pass_, row_, other_;
+    RecentTimings draft_pass_, row_, other_;  // draft_pass_: seconds per draft pass, overhead apart
+    std::vector<RecentTimings> draft_by_passes_;  // a step's draft seconds, by its passes
+    std::vector<double> draft_by_passes_weight_;  // by passes: decayed count of steps
+    double draft_overhead_ = 0.0;                 // e: a step's drafting costs (passes + e) draft passes
     std::vector<RecentTimings> verify_;  // per pass width
     std::vector<double> verify_weight_;  // per pass width: decayed count of passes
     std::vector<double> verify_fit_;     // verify_ made non-decreasing (fit_verify_costs)
