@@ -187,18 +187,10 @@ public:
 
     void step() override {
         const auto start = Clock::now();
-        StepResult step = decoder_.step(max_new_tokens_ - result_.tokens.size());
+        const StepResult step = decoder_.step(max_new_tokens_ - result_.tokens.size());
         seconds_ += specdec::detail::seconds_since(start);
-        result_.tokens.insert(result_.tokens.end(), step.tokens.begin(), step.tokens.end());
-        result_.stats += step.stats;
+        finished_ = add_step(result_, step, max_new_tokens_);
         result_.stats.total_seconds = seconds_;
-        if (step.stop) {
-            result_.stop_reason = *step.stop;
-            finished_ = true;
-        } else if (result_.tokens.size() >= max_new_tokens_) {
-            result_.stop_reason = StopReason::max_new_tokens;
-            finished_ = true;
-        }
     }
     [[nodiscard]] bool finished() const override { return finished_; }
     [[nodiscard]] double progress() const override {

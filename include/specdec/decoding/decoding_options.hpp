@@ -168,6 +168,25 @@ struct StepResult {
     GenerationStats stats;           // this step alone (generated_tokens == tokens.size())
 };
 
+// Adds a step to a generation of at most max_new_tokens tokens: its tokens and
+// stats (total_seconds is the caller's to set). Returns true when the
+// generation has ended, with result.stop_reason set. generate() is prefill(),
+// then step() and this until true; code that steps several generations in
+// turn (specdec-bench) does the same, so its results equal generate()'s.
+inline bool add_step(GenerationResult& result, const StepResult& step, std::size_t max_new_tokens) {
+    result.tokens.insert(result.tokens.end(), step.tokens.begin(), step.tokens.end());
+    result.stats += step.stats;
+    if (step.stop) {
+        result.stop_reason = *step.stop;
+        return true;
+    }
+    if (result.tokens.size() >= max_new_tokens) {
+        result.stop_reason = StopReason::max_new_tokens;
+        return true;
+    }
+    return false;
+}
+
 namespace detail {
 
 using Clock = std::chrono::steady_clock;

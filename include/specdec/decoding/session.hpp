@@ -65,19 +65,8 @@ public:
         const auto start = Clock::now();
         GenerationResult result;
         result.stats = self().prefill(prompt);
-        while (true) {
-            const std::size_t remaining = options_.max_new_tokens - result.tokens.size();
-            StepResult step = self().step(remaining, on_token);
-            result.tokens.insert(result.tokens.end(), step.tokens.begin(), step.tokens.end());
-            result.stats += step.stats;
-            if (step.stop) {
-                result.stop_reason = *step.stop;
-                break;
-            }
-            if (result.tokens.size() >= options_.max_new_tokens) {
-                result.stop_reason = StopReason::max_new_tokens;
-                break;
-            }
+        const std::size_t most = options_.max_new_tokens;
+        while (!add_step(result, self().step(most - result.tokens.size(), on_token), most)) {
         }
         result.stats.total_seconds = seconds_since(start);
         return result;
