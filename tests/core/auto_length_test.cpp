@@ -309,8 +309,7 @@ TEST_CASE("AutoLength charges the overhead of a step's drafting once a step, not
         const std::size_t cap = 8, best = best_length(pair, cap);
         REQUIRE(best >= 3);
         specdec::AutoLength policy;
-        std::vector<std::size_t> planned;
-        const std::vector<std::size_t> drafted = simulate(policy, pair, cap, 800, 5, {}, &planned);
+        const std::vector<std::size_t> drafted = simulate(policy, pair, cap, 800, 5);
         std::size_t total = 0;
         for (std::size_t i = drafted.size() - 400; i < drafted.size(); ++i) total += drafted[i];
         const double mean = static_cast<double>(total) / 400.0;

@@ -234,13 +234,7 @@ public:
         if (cost_unit_ != CostUnit::draft_passes) pace = 1.0;
         if (outcome.verified_tokens > 0 && pace > 0.0) {
             const std::size_t n = outcome.verified_tokens;
-            if (verify_.size() < n + 1) {
-                verify_.resize(n + 1);
-                verify_weight_.resize(n + 1, 0.0);
-            }
-            verify_[n].add(outcome.target_seconds / pace);
-            for (double& weight : verify_weight_) weight *= options_.decay;
-            verify_weight_[n] += 1.0;
+            verify_.add(n, outcome.target_seconds / pace, options_.decay);
             fit_verify_costs();
             row_.add(outcome.acceptance_seconds / static_cast<double>(outcome.proposed + 1));
             const double rest =
@@ -289,6 +283,33 @@ private:
         std::array<double, 9> values_{};
         std::size_t count_ = 0, next_ = 0;
         double median_ = 0.0;
+    };
+    // RecentTimings by a count (a pass width, a step's draft passes), each
+    // with how many recent steps timed it (decayed once per added sample).
+    // A count not timed for a long while (weight below kStaleWeight: ~110
+    // steps at the default decay) is not fresh: its old median may be from
+    // another phase of the machine.
+    class TimingsByCount {
+    public:
+        void add(std::size_t n, double seconds, double decay) {
+            if (timings_.size() < n + 1) {
+                timings_.resize(n + 1);
+                weights_.resize(n + 1, 0.0);
+            }
+            timings_[n].add(seconds);
+            for (double& weight : weights_) weight *= decay;
+            weights_[n] += 1.0;
+        }
+        [[nodiscard]] std::size_t size() const { return timings_.size(); }  // counts 0 .. size() - 1
+        [[nodiscard]] bool fresh(std::size_t n) const {
+            return n < timings_.size() && !timings_[n].empty() && weights_[n] >= kStaleWeight;
+        }
+        [[nodiscard]] double value(std::size_t n) const { return timings_[n].value(); }
+        [[nodiscard]] double weight(std::size_t n) const { return weights_[n]; }
+
+    private:
+        std::vector<RecentTimings> timings_;
+        std::vector<double> weights_;
     };
 
     void ensure_positions(std::size_t n) {
@@ -386,13 +407,11 @@ private:
         };
         std::vector<Block> blocks;
         for (std::size_t w = 1; w < verify_.size(); ++w) {
-            // A width not timed for a long while (decayed weight below
-            // kStaleWeight: ~110 steps at the default decay) is left out and
-            // interpolated from fresher ones: an old median may be from
-            // another phase of the machine, and leaving it in could keep k*
-            // from ever coming near that width again to re-time it.
-            if (verify_[w].empty() || verify_weight_[w] < kStaleWeight) continue;
-            blocks.push_back({verify_[w].value(), verify_weight_[w], w, w});
+            // A stale width is left out and interpolated from fresher ones:
+            // leaving it in could keep k* from ever coming near that width
+            // again to re-time it.
+            if (!verify_.fresh(w)) continue;
+            blocks.push_back({verify_.value(w), verify_.weight(w), w, w});
             while (blocks.size() > 1 && blocks[blocks.size() - 2].value > blocks.back().value) {
                 const Block last = blocks.back();
                 blocks.pop_back();
@@ -405,7 +424,7 @@ private:
         verify_fit_.assign(verify_.size(), -1.0);
         for (const Block& block : blocks)
             for (std::size_t w = block.first; w <= block.last; ++w)
-                if (!verify_[w].empty() && verify_weight_[w] >= kStaleWeight) verify_fit_[w] = block.value;
+                if (verify_.fresh(w)) verify_fit_[w] = block.value;
     }
     [[nodiscard]] double step_seconds(std::size_t k) const {
         const double d = draft_pass_.value(), r = row_.value(), o = other_.value();
@@ -425,19 +444,12 @@ private:
     // draft time by pass count (the line's intercept over its slope: a ratio
     // of two times, so a machine that speeds up or slows down leaves it be).
     void record_draft_seconds(std::size_t passes, double seconds) {
-        if (draft_by_passes_.size() < passes + 1) {
-            draft_by_passes_.resize(passes + 1);
-            draft_by_passes_weight_.resize(passes + 1, 0.0);
-        }
-        draft_by_passes_[passes].add(seconds);
-        for (double& weight : draft_by_passes_weight_) weight *= options_.decay;
-        draft_by_passes_weight_[passes] += 1.0;
+        draft_by_passes_.add(passes, seconds, options_.decay);
         double sw = 0.0, sp = 0.0, sy = 0.0, spp = 0.0, spy = 0.0;
         std::size_t counts = 0;
         for (std::size_t n = 1; n < draft_by_passes_.size(); ++n) {
-            const double w = draft_by_passes_weight_[n];
-            if (draft_by_passes_[n].empty() || w < kStaleWeight) continue;
-            const double x = static_cast<double>(n), y = draft_by_passes_[n].value();
+            if (!draft_by_passes_.fresh(n)) continue;
+            const double w = draft_by_passes_.weight(n), x = static_cast<double>(n), y = draft_by_passes_.value(n);
             sw += w;
             sp += w * x;
             sy += w * y;
@@ -518,11 +530,9 @@ private:
     std::vector<float> top_probabilities_;
     std::vector<double> unformed_acceptance_;  // per draft position, for this step's stop
     RecentTimings draft_pass_, row_, other_;  // draft_pass_: seconds per draft pass, overhead apart
-    std::vector<RecentTimings> draft_by_passes_;  // a step's draft seconds, by its passes
-    std::vector<double> draft_by_passes_weight_;  // by passes: decayed count of steps
+    TimingsByCount draft_by_passes_;             // a step's draft seconds, by its passes
     double draft_overhead_ = 0.0;                 // e: a step's drafting costs (passes + e) draft passes
-    std::vector<RecentTimings> verify_;  // per pass width
-    std::vector<double> verify_weight_;  // per pass width: decayed count of passes
+    TimingsByCount verify_;              // a target pass in the cost unit, by its width
     std::vector<double> verify_fit_;     // verify_ made non-decreasing (fit_verify_costs)
 
 public:
