@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <sstream>
 #include <vector>
 
 #include "specdec/specdec.hpp"
@@ -220,12 +221,17 @@ TEST_CASE("AutoLength keeps its choice when phases of the machine slow both mode
         std::size_t good = 0;
         for (std::size_t step = 200; step < planned.size(); ++step)
             good += expected_rate(pair, planned[step]) >= 0.97 * expected_rate(pair, best) ? 1 : 0;
-        INFO(name << ": best k = " << best << "; steps after 200 within 3% of its rate: " << good << " of 600");
+        std::map<std::size_t, std::size_t> off;
+        for (std::size_t step = 200; step < planned.size(); ++step)
+            if (expected_rate(pair, planned[step]) < 0.97 * expected_rate(pair, best)) ++off[planned[step]];
+        std::ostringstream off_text;
+        for (const auto& [length, count] : off) off_text << " " << length << ":" << count;
+        INFO(name << ": best k = " << best << "; steps after 200 within 3% of its rate: " << good << " of 600; off (length:steps):" << off_text.str());
         // Exploration takes 1 step in 16 to k* +- 1, about half of them more
-        // than 3% off (19 steps here); with the widths kept in seconds, these
-        // random phases left 138 steps off (22-138 over six seeds of the
-        // phases and the acceptance draws).
-        CHECK(good >= 575);
+        // than 3% off (19 steps here; 26-27 off in all, most at k* + 1); with
+        // the widths kept in seconds, these random phases left 138 steps off
+        // (22-138 over six seeds of the phases and the acceptance draws).
+        CHECK(good >= 570);
     }
 }
 
@@ -317,4 +323,58 @@ TEST_CASE("AutoLength charges the overhead of a step's drafting once a step, not
         CHECK(mean >= static_cast<double>(best) - 0.5);
         CHECK(expected_rate(pair, settled_length(drafted, 400)) >= 0.98 * expected_rate(pair, best));
     }
+}
+
+TEST_CASE("AutoLength values a pass wider than any it has timed as compute-bound, not as free", "[length-policy][auto]") {
+    // Passes of 2 to 6 tokens all timed at 10 ms (a plateau, or the widest
+    // widths pooled by the monotone fit), every draft accepted, 2 ms a draft
+    // pass. Extending the flat line, widths 7 to 9 would cost 10 ms too and
+    // the plan would draft the cap, 8; on the 100m pair that reading drafted
+    // 6 to 8 tokens a step where width 7 cost 22.5 ms against 19.1 ms for 6.
+    // Valued at the steepest a pass can grow past the widest timed width,
+    // V(n) = V(6) n / 6, the best length is 5.
+    specdec::AutoLength::Options options;
+    options.confidence_stop = false;  // plan() returns k* itself
+    specdec::AutoLength policy(options);
+    for (std::size_t step = 0; step < 61; ++step) {
+        (void)policy.plan(8, 100 + step);
+        specdec::StepOutcome outcome;
+        outcome.proposed = outcome.accepted = outcome.draft_passes = 1 + step % 5;
+        outcome.verified_tokens = outcome.proposed + 1;
+        outcome.draft_seconds = 2e-3 * static_cast<double>(outcome.draft_passes);
+        outcome.target_seconds = 10e-3;
+        outcome.total_seconds = outcome.draft_seconds + outcome.target_seconds;
+        policy.observe(outcome);
+    }
+    // Expected tokens k + 1 (acceptance near 1), seconds 2 ms * k + V(k + 1).
+    auto bounded_rate = [](std::size_t k) {
+        const double width = static_cast<double>(k + 1);
+        return width / (2e-3 * static_cast<double>(k) + 10e-3 * std::max(1.0, width / 6.0));
+    };
+    std::size_t expected = 1;
+    for (std::size_t k = 2; k <= 8; ++k)
+        if (bounded_rate(k) > bounded_rate(expected)) expected = k;
+    REQUIRE(expected == 5);
+    CHECK(policy.plan(8, 200).max_tokens == expected);
+}
+
+TEST_CASE("AutoLength climbs to long drafts where wider passes really cost little", "[length-policy][auto]") {
+    // A GPU-like target (1% more a token) with confident cheap drafts: the
+    // best length is the cap. Widths beyond the widest timed one look dear
+    // until timed, so the plan gets there by exploring one width at a time.
+    auto flat_verify = [](std::size_t n) { return 10e-3 * (1.0 + 0.01 * static_cast<double>(n - 1)); };
+    const SimulatedPair pair{.acceptance = 0.95, .draft_seconds = 0.3e-3, .verify_seconds = flat_verify,
+                             .row_seconds = 0.02e-3};
+    const std::size_t cap = 8, best = best_length(pair, cap);
+    REQUIRE(best == cap);
+    specdec::AutoLength policy;
+    const std::vector<std::size_t> lengths = simulate(policy, pair, cap, 600, 17);
+    double tokens = 0.0, seconds = 0.0;
+    for (std::size_t step = 300; step < lengths.size(); ++step) {
+        tokens += expected_tokens(pair, lengths[step]);
+        seconds += step_seconds(pair, lengths[step]);
+    }
+    const double kept = tokens / seconds / expected_rate(pair, best);
+    INFO("best k = " << best << ": steps 300-600 kept " << kept << " of its rate");
+    CHECK(kept >= 0.98);
 }
