@@ -104,6 +104,16 @@ std::vector<std::size_t> simulate(specdec::AutoLength& policy, const SimulatedPa
     return lengths;
 }
 
+// Expected tokens per second of the lengths drafted from step `first` on.
+double drafted_rate(const SimulatedPair& pair, const std::vector<std::size_t>& lengths, std::size_t first) {
+    double tokens = 0.0, seconds = 0.0;
+    for (std::size_t step = first; step < lengths.size(); ++step) {
+        tokens += expected_tokens(pair, lengths[step]);
+        seconds += step_seconds(pair, lengths[step]);
+    }
+    return tokens / seconds;
+}
+
 // The most frequent length over the last `window` steps.
 std::size_t settled_length(const std::vector<std::size_t>& planned, std::size_t window) {
     std::map<std::size_t, std::size_t> counts;
@@ -219,11 +229,13 @@ TEST_CASE("AutoLength keeps its choice when phases of the machine slow both mode
         std::vector<std::size_t> plans;
         const std::vector<std::size_t> planned = simulate(policy, pair, cap, 800, 5, {}, &plans, machine);
         std::size_t good = 0;
-        for (std::size_t step = 200; step < planned.size(); ++step)
-            good += expected_rate(pair, planned[step]) >= 0.97 * expected_rate(pair, best) ? 1 : 0;
-        std::map<std::size_t, std::size_t> off;
-        for (std::size_t step = 200; step < planned.size(); ++step)
-            if (expected_rate(pair, planned[step]) < 0.97 * expected_rate(pair, best)) ++off[planned[step]];
+        std::map<std::size_t, std::size_t> off;  // steps more than 3% off, by their length
+        for (std::size_t step = 200; step < planned.size(); ++step) {
+            if (expected_rate(pair, planned[step]) >= 0.97 * expected_rate(pair, best))
+                ++good;
+            else
+                ++off[planned[step]];
+        }
         std::ostringstream off_text;
         for (const auto& [length, count] : off) off_text << " " << length << ":" << count;
         INFO(name << ": best k = " << best << "; steps after 200 within 3% of its rate: " << good << " of 600; off (length:steps):" << off_text.str());
@@ -287,13 +299,9 @@ TEST_CASE("AutoLength's stop values deep drafts at the acceptance of their posit
     const std::size_t cap = 8, best = best_length(pair, cap);
     specdec::AutoLength policy;
     const std::vector<std::size_t> lengths = simulate(policy, pair, cap, 800, 13);
-    double tokens = 0.0, seconds = 0.0, drafts = 0.0;
-    for (std::size_t step = 200; step < lengths.size(); ++step) {
-        tokens += expected_tokens(pair, lengths[step]);
-        seconds += step_seconds(pair, lengths[step]);
-        drafts += static_cast<double>(lengths[step]);
-    }
-    const double rate = tokens / seconds;
+    double drafts = 0.0;
+    for (std::size_t step = 200; step < lengths.size(); ++step) drafts += static_cast<double>(lengths[step]);
+    const double rate = drafted_rate(pair, lengths, 200);
     const double mean_length = drafts / static_cast<double>(lengths.size() - 200);
     INFO("best k = " << best << ": the drafted lengths (" << mean_length << " a step) have "
                      << rate / expected_rate(pair, best) << " of its rate");
@@ -369,12 +377,7 @@ TEST_CASE("AutoLength climbs to long drafts where wider passes really cost littl
     REQUIRE(best == cap);
     specdec::AutoLength policy;
     const std::vector<std::size_t> lengths = simulate(policy, pair, cap, 600, 17);
-    double tokens = 0.0, seconds = 0.0;
-    for (std::size_t step = 300; step < lengths.size(); ++step) {
-        tokens += expected_tokens(pair, lengths[step]);
-        seconds += step_seconds(pair, lengths[step]);
-    }
-    const double kept = tokens / seconds / expected_rate(pair, best);
+    const double kept = drafted_rate(pair, lengths, 300) / expected_rate(pair, best);
     INFO("best k = " << best << ": steps 300-600 kept " << kept << " of its rate");
     CHECK(kept >= 0.98);
 }
