@@ -2,11 +2,13 @@
 // single-token passes, for every storage type, and rollback (truncate) must
 // leave the model as if the discarded tokens had never been fed.
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "models/model_test_support.hpp"
 #include "specdec/models/synthetic.hpp"
 #include "support/catch.hpp"
+#include "support/skip.hpp"
 
 namespace {
 
@@ -139,7 +141,8 @@ TEST_CASE("each column of a matrix product is bitwise the same whatever the batc
     }
     const specdec::WeightMatrix w{type, rows, cols, data.data()};
     specdec::cpu::ThreadPool pool(2);
-    constexpr std::size_t kMaxColumns = 10;
+    // Every width the tiles take: one tile, and several column groups per row tile.
+    constexpr std::size_t kMaxColumns = specdec::cpu::kWideColumns;
     std::vector<float> x(kMaxColumns * cols);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = specdec::detail::synthetic_normal(8, i);
     std::vector<float> single(kMaxColumns * rows);
@@ -150,6 +153,64 @@ TEST_CASE("each column of a matrix product is bitwise the same whatever the batc
         specdec::cpu::matmul(pool, w, x.data(), cols, n, batched.data(), rows);
         CHECK(std::equal(batched.begin(), batched.end(), single.begin()));
     }
+}
+
+TEST_CASE("the 32-register tiles compute bitwise what the AVX2 tiles compute for every dense type and width", "[model]") {
+    // On CPUs with AVX-512 the dense products run the AVX2 tile code
+    // EVEX-encoded, with larger tiles; the width test above then checks that
+    // path alone. Both must give the same bits, or a model's logits would
+    // depend on the CPU it runs on.
+#if SPECDEC_HAS_X86_KERNELS
+    if (!specdec::cpu::evex_available())
+        SPECDEC_SKIP("this CPU has no AVX-512 F + VL (or SPECDEC_DISABLE_AVX512 is set): only the AVX2 tiles run");
+    const WeightType type = GENERATE(WeightType::f32, WeightType::f16, WeightType::bf16);
+    INFO(specdec::weight_type_name(type));
+    // 37 rows leave a remainder after 4- and 3-row tiles; 172 values a tail after the 32-value chunks.
+    const std::size_t rows = 37, cols = 172;
+    const std::size_t row_bytes = specdec::weight_row_bytes(type, cols);
+    std::vector<std::byte> data(rows * row_bytes);
+    std::vector<float> values(cols);
+    for (std::size_t r = 0; r < rows; ++r) {
+        for (std::size_t k = 0; k < cols; ++k) values[k] = specdec::detail::synthetic_normal(11, r * cols + k);
+        specdec::cpu::quantize_row(type, values.data(), cols, data.data() + r * row_bytes);
+    }
+    const specdec::WeightMatrix w{type, rows, cols, data.data()};
+    // Up to the widest pass the tiles take (kWideColumns), one-column groups to several.
+    constexpr std::size_t kMaxColumns = specdec::cpu::kWideColumns;
+    std::vector<float> x(kMaxColumns * cols);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = specdec::detail::synthetic_normal(12, i);
+    auto run = [&](auto kernel, std::size_t n, bool accumulate) {
+        std::vector<float> y(n * rows);
+        for (std::size_t i = 0; i < y.size(); ++i) y[i] = 0.25f * static_cast<float>(i % 7);
+        kernel(w, 0, rows, x.data(), cols, n, y.data(), rows, accumulate);
+        return y;
+    };
+    using specdec::cpu::detail::matmul_rows_avx2_any;
+    using specdec::cpu::detail::matmul_rows_evex_any;
+    for (std::size_t n = 1; n <= kMaxColumns; ++n) {
+        for (const bool accumulate : {false, true}) {
+            INFO(n << " columns, accumulate " << accumulate);
+            std::vector<float> avx2, evex;
+            switch (type) {
+                case WeightType::f32:
+                    avx2 = run(matmul_rows_avx2_any<WeightType::f32>, n, accumulate);
+                    evex = run(matmul_rows_evex_any<WeightType::f32>, n, accumulate);
+                    break;
+                case WeightType::f16:
+                    avx2 = run(matmul_rows_avx2_any<WeightType::f16>, n, accumulate);
+                    evex = run(matmul_rows_evex_any<WeightType::f16>, n, accumulate);
+                    break;
+                default:
+                    avx2 = run(matmul_rows_avx2_any<WeightType::bf16>, n, accumulate);
+                    evex = run(matmul_rows_evex_any<WeightType::bf16>, n, accumulate);
+                    break;
+            }
+            CHECK(std::memcmp(avx2.data(), evex.data(), avx2.size() * sizeof(float)) == 0);
+        }
+    }
+#else
+    SPECDEC_SKIP("not an x86 CPU: no vector tiles");
+#endif
 }
 
 TEST_CASE("F16, BF16, Q8_0 and Q4_0 encodings round-trip within their precision", "[model]") {

@@ -4,7 +4,8 @@
 // kernels are compiled per function and chosen at run time from these flags,
 // so one binary runs on any x86-64 CPU. Setting the environment variable
 // SPECDEC_DISABLE_SIMD reports none of them (tests use it to compare the
-// vectorised kernels with their scalar twins).
+// vectorised kernels with their scalar twins); SPECDEC_DISABLE_AVX512 reports
+// everything but AVX-512 (the 16-register kernels on a CPU that has more).
 #include <cstdint>
 #include <cstdlib>
 
@@ -20,6 +21,9 @@ namespace specdec {
 struct CpuFeatures {
     bool avx2_fma = false;  // AVX2 and FMA, with the OS saving the YMM registers
     bool f16c = false;      // half <-> float conversions
+    // AVX-512 F and VL, with the OS saving the ZMM state: the 256-bit kernels
+    // may then use 32 vector registers instead of 16 (EVEX encoding).
+    bool avx512vl = false;
 };
 
 namespace detail {
@@ -42,6 +46,12 @@ inline CpuFeatures query_cpu_features() noexcept {
     if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return features;
     features.avx2_fma = (ebx >> 5) & 1u;
     features.f16c = features.avx2_fma && f16c;
+    // Registers 16-31 and the opmasks are saved only where XCR0 has bits 5-7.
+    const bool zmm_state = (xcr0 & 0xE0u) == 0xE0u;
+    const bool avx512f = (ebx >> 16) & 1u, avx512vl = (ebx >> 31) & 1u;
+    const char* no_avx512 = std::getenv("SPECDEC_DISABLE_AVX512");
+    const bool avx512_off = no_avx512 != nullptr && *no_avx512 != '\0' && *no_avx512 != '0';
+    features.avx512vl = features.f16c && zmm_state && avx512f && avx512vl && !avx512_off;
 #endif
     return features;
 }

@@ -9,9 +9,14 @@
 #include <immintrin.h>
 #define SPECDEC_HAS_X86_KERNELS 1
 #define SPECDEC_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+// The same 256-bit instructions, EVEX-encoded: 32 vector registers. Kernels
+// compiled with it compute exactly what their AVX2 twins compute (same
+// operations in the same order); only register allocation differs.
+#define SPECDEC_EVEX_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512vl")))
 #else
 #define SPECDEC_HAS_X86_KERNELS 0
 #define SPECDEC_AVX2_TARGET
+#define SPECDEC_EVEX_TARGET
 #endif
 
 namespace specdec::cpu {
@@ -19,6 +24,10 @@ namespace specdec::cpu {
 // True when the AVX2 + FMA + F16C kernels may run on this CPU (none under
 // SPECDEC_DISABLE_SIMD, see core/cpu_features.hpp).
 [[nodiscard]] inline bool avx2_available() noexcept { return cpu_features().f16c; }
+
+// True when the SPECDEC_EVEX_TARGET kernels may run (AVX-512 F + VL; none
+// under SPECDEC_DISABLE_AVX512).
+[[nodiscard]] inline bool evex_available() noexcept { return cpu_features().avx512vl; }
 
 #if SPECDEC_HAS_X86_KERNELS
 namespace detail {
