@@ -63,7 +63,7 @@ inline void print_header(std::ostream& out, const BenchReport& report) {
     out << ", " << report.new_tokens << " new tokens, " << report.repetitions << " repetitions (rounds over every row";
     if (report.time_budget_seconds > 0.0)
         out << detail::format("; as many as fit in %.0f s, at most %zu", report.time_budget_seconds, report.max_repetitions);
-    out << (report.interleaved_rows ? "; within a round all rows step by step in turn" : "; one row after another");
+    out << (report.interleaved_rows ? "; within a round all rows step by step in turn, the baseline whole before or after them" : "; one row after another");
     out << "), seed " << report.seed << "\n";
     out << detail::format("costs:   target forward %.2f ms/token, draft %.3f ms/token, c = %.3f", report.costs.target_step_seconds * 1e3,
                           report.costs.draft_step_seconds * 1e3, report.costs.cost_ratio())

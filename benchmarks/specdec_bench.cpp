@@ -37,7 +37,7 @@ using namespace specdec::bench;
 
 // "[3/10] T=1 k=4 rep 2/2" on stderr; overwritten in place on a terminal, one
 // line each otherwise (logs). Rows that advance in turn start together: one
-// line for all of them ("[round 2] T=1: 9 rows and the baseline in turn").
+// line for all of them ("[round 2] T=1: 9 rows in turn, the baseline whole").
 class ProgressPrinter {
 public:
     explicit ProgressPrinter(bool enabled) : enabled_(enabled), terminal_(isatty(STDERR_FILENO) == 1) {}
@@ -51,7 +51,7 @@ public:
             const std::string round = step.time_budget_seconds > 0.0
                                           ? "round " + std::to_string(step.repetition)
                                           : "rep " + std::to_string(step.repetition) + "/" + std::to_string(step.repetitions);
-            std::fprintf(stderr, "%s[%s] T=%g: %zu rows and the baseline in turn%s", terminal_ ? "\r" : "", round.c_str(),
+            std::fprintf(stderr, "%s[%s] T=%g: %zu rows in turn, the baseline whole%s", terminal_ ? "\r" : "", round.c_str(),
                          step.temperature, step.rows_in_turn, terminal_ ? "   " : "\n");
         } else if (step.time_budget_seconds > 0.0) {  // how many rounds is not known in advance
             std::fprintf(stderr, "%s[round %zu] T=%g k=%s%s", terminal_ ? "\r" : "", step.repetition, step.temperature,
