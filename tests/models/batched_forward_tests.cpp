@@ -2,6 +2,7 @@
 // single-token passes, for every storage type, and rollback (truncate) must
 // leave the model as if the discarded tokens had never been fed.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -24,6 +25,24 @@ std::vector<Token> test_tokens(std::size_t count, std::size_t vocab) {
 
 LlamaModel tiny_target(WeightType storage) {
     return specdec::make_synthetic_target({.size = "tiny", .seed = 3, .target_storage = storage, .threads = 2});
+}
+
+// A rows x cols matrix of `type` holding seeded normal values (rounded to the type).
+struct SeededMatrix {
+    WeightType type;
+    std::size_t rows, cols;
+    std::vector<std::byte> data;
+    [[nodiscard]] specdec::WeightMatrix matrix() const { return {type, rows, cols, data.data()}; }
+};
+
+SeededMatrix seeded_matrix(WeightType type, std::size_t rows, std::size_t cols, std::uint64_t seed) {
+    SeededMatrix m{type, rows, cols, std::vector<std::byte>(rows * specdec::weight_row_bytes(type, cols))};
+    std::vector<float> values(cols);
+    for (std::size_t r = 0; r < rows; ++r) {
+        for (std::size_t k = 0; k < cols; ++k) values[k] = specdec::detail::synthetic_normal(seed, r * cols + k);
+        specdec::cpu::quantize_row(type, values.data(), cols, m.data.data() + r * specdec::weight_row_bytes(type, cols));
+    }
+    return m;
 }
 
 }  // namespace
@@ -85,14 +104,8 @@ TEST_CASE("the SIMD matrix kernels agree with the scalar kernels", "[model]") {
     if (cols % specdec::weight_block_elements(type) != 0) return;
     INFO(specdec::weight_type_name(type) << " with " << cols << " columns");
     const std::size_t rows = 23;
-    const std::size_t row_bytes = specdec::weight_row_bytes(type, cols);
-    std::vector<std::byte> data(rows * row_bytes);
-    std::vector<float> values(cols);
-    for (std::size_t r = 0; r < rows; ++r) {
-        for (std::size_t k = 0; k < cols; ++k) values[k] = specdec::detail::synthetic_normal(99, r * cols + k);
-        specdec::cpu::quantize_row(type, values.data(), cols, data.data() + r * row_bytes);
-    }
-    const specdec::WeightMatrix w{type, rows, cols, data.data()};
+    const SeededMatrix seeded = seeded_matrix(type, rows, cols, 99);
+    const specdec::WeightMatrix w = seeded.matrix();
     specdec::cpu::ThreadPool pool(2);
     for (const std::size_t n : {1, 2, 3, 4, 5, 7, 12}) {
         std::vector<float> x(n * cols);
@@ -132,14 +145,8 @@ TEST_CASE("each column of a matrix product is bitwise the same whatever the batc
     const std::size_t cols = specdec::is_block_quantized(type) ? 256 : 172;
     INFO(specdec::weight_type_name(type));
     const std::size_t rows = 37;
-    const std::size_t row_bytes = specdec::weight_row_bytes(type, cols);
-    std::vector<std::byte> data(rows * row_bytes);
-    std::vector<float> values(cols);
-    for (std::size_t r = 0; r < rows; ++r) {
-        for (std::size_t k = 0; k < cols; ++k) values[k] = specdec::detail::synthetic_normal(5, r * cols + k);
-        specdec::cpu::quantize_row(type, values.data(), cols, data.data() + r * row_bytes);
-    }
-    const specdec::WeightMatrix w{type, rows, cols, data.data()};
+    const SeededMatrix seeded = seeded_matrix(type, rows, cols, 5);
+    const specdec::WeightMatrix w = seeded.matrix();
     specdec::cpu::ThreadPool pool(2);
     // Every width the tiles take: one tile, and several column groups per row tile.
     constexpr std::size_t kMaxColumns = specdec::cpu::kWideColumns;
@@ -167,14 +174,8 @@ TEST_CASE("the 32-register tiles compute bitwise what the AVX2 tiles compute for
     INFO(specdec::weight_type_name(type));
     // 37 rows leave a remainder after 4- and 3-row tiles; 172 values a tail after the 32-value chunks.
     const std::size_t rows = 37, cols = 172;
-    const std::size_t row_bytes = specdec::weight_row_bytes(type, cols);
-    std::vector<std::byte> data(rows * row_bytes);
-    std::vector<float> values(cols);
-    for (std::size_t r = 0; r < rows; ++r) {
-        for (std::size_t k = 0; k < cols; ++k) values[k] = specdec::detail::synthetic_normal(11, r * cols + k);
-        specdec::cpu::quantize_row(type, values.data(), cols, data.data() + r * row_bytes);
-    }
-    const specdec::WeightMatrix w{type, rows, cols, data.data()};
+    const SeededMatrix seeded = seeded_matrix(type, rows, cols, 11);
+    const specdec::WeightMatrix w = seeded.matrix();
     // Up to the widest pass the tiles take (kWideColumns), one-column groups to several.
     constexpr std::size_t kMaxColumns = specdec::cpu::kWideColumns;
     std::vector<float> x(kMaxColumns * cols);

@@ -19,6 +19,8 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "specdec/backends/cpu/dequantize.hpp"
@@ -140,6 +142,15 @@ SPECDEC_EVEX_TARGET void matmul_tile_evex(const WeightMatrix& w, std::size_t row
     matmul_tile_body<T, R, NC>(w, row_begin, x, x_stride, y, y_stride, accumulate);
 }
 
+// Calls f(std::integral_constant<int, n>{}) for a run-time n in [1, Max]:
+// one compiled tile per column count.
+template <int Max, class F>
+void with_column_count(std::size_t n, F&& f) {
+    [&]<int... I>(std::integer_sequence<int, I...>) {
+        (void)((n == I + 1 ? (f(std::integral_constant<int, I + 1>{}), true) : false) || ...);
+    }(std::make_integer_sequence<int, Max>{});
+}
+
 template <WeightType T, int R>
 SPECDEC_AVX2_TARGET void matmul_row_tile_avx2(const WeightMatrix& w, std::size_t row_begin, const float* x,
                                               std::size_t x_stride, std::size_t columns, float* y, std::size_t y_stride,
@@ -151,13 +162,9 @@ SPECDEC_AVX2_TARGET void matmul_row_tile_avx2(const WeightMatrix& w, std::size_t
         group = columns - c0 == 5 ? 5 : std::min(kColumnGroup, columns - c0);
         const float* xg = x + c0 * x_stride;
         float* yg = y + c0 * y_stride;
-        switch (group) {
-            case 1: matmul_tile_avx2<T, R, 1>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
-            case 2: matmul_tile_avx2<T, R, 2>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
-            case 3: matmul_tile_avx2<T, R, 3>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
-            case 4: matmul_tile_avx2<T, R, 4>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
-            default: matmul_tile_avx2<T, R, 5>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
-        }
+        with_column_count<5>(group, [&](auto nc) {
+            matmul_tile_avx2<T, R, decltype(nc)::value>(w, row_begin, xg, x_stride, yg, y_stride, accumulate);
+        });
     }
 }
 
@@ -189,35 +196,22 @@ void matmul_rows_avx2_any(const WeightMatrix& w, std::size_t row_begin, std::siz
     }
     for (; r < row_end; ++r) matmul_row_tile_avx2<T, 1>(w, r, x, x_stride, columns, y, y_stride, accumulate);
 }
+
 // R rows x every column on the 32-register tiles: one tile when the columns
 // fit one (up to 9; R = 4 only up to 6), else balanced groups of at most 8.
 template <WeightType T, int R>
 void matmul_row_tile_evex(const WeightMatrix& w, std::size_t row_begin, const float* x, std::size_t x_stride,
                           std::size_t columns, float* y, std::size_t y_stride, bool accumulate) {
     static_assert(R == 1 || R == 3 || R == 4);
-    constexpr std::size_t widest_tile = R == 4 ? 6 : 9;
-    const std::size_t groups = columns <= widest_tile ? 1 : (columns + 7) / 8;
+    constexpr int widest_tile = R == 4 ? 6 : 9;
+    const std::size_t groups = columns <= std::size_t{widest_tile} ? 1 : (columns + 7) / 8;
     for (std::size_t c0 = 0, done = 0; c0 < columns; ++done) {
         const std::size_t group = (columns - c0 + (groups - done) - 1) / (groups - done);
         const float* xg = x + c0 * x_stride;
         float* yg = y + c0 * y_stride;
-        switch (group) {
-            case 1: matmul_tile_evex<T, R, 1>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
-            case 2: matmul_tile_evex<T, R, 2>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
-            case 3: matmul_tile_evex<T, R, 3>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
-            case 4: matmul_tile_evex<T, R, 4>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
-            case 5: matmul_tile_evex<T, R, 5>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
-            case 6: matmul_tile_evex<T, R, 6>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
-            default:
-                if constexpr (R != 4) {
-                    switch (group) {
-                        case 7: matmul_tile_evex<T, R, 7>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
-                        case 8: matmul_tile_evex<T, R, 8>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
-                        default: matmul_tile_evex<T, R, 9>(w, row_begin, xg, x_stride, yg, y_stride, accumulate); break;
-                    }
-                }
-                break;
-        }
+        with_column_count<widest_tile>(group, [&](auto nc) {
+            matmul_tile_evex<T, R, decltype(nc)::value>(w, row_begin, xg, x_stride, yg, y_stride, accumulate);
+        });
         c0 += group;
     }
 }
