@@ -192,20 +192,10 @@ TEST_CASE("the 32-register tiles compute bitwise what the AVX2 tiles compute for
         for (const bool accumulate : {false, true}) {
             INFO(n << " columns, accumulate " << accumulate);
             std::vector<float> avx2, evex;
-            switch (type) {
-                case WeightType::f32:
-                    avx2 = run(matmul_rows_avx2_any<WeightType::f32>, n, accumulate);
-                    evex = run(matmul_rows_evex_any<WeightType::f32>, n, accumulate);
-                    break;
-                case WeightType::f16:
-                    avx2 = run(matmul_rows_avx2_any<WeightType::f16>, n, accumulate);
-                    evex = run(matmul_rows_evex_any<WeightType::f16>, n, accumulate);
-                    break;
-                default:
-                    avx2 = run(matmul_rows_avx2_any<WeightType::bf16>, n, accumulate);
-                    evex = run(matmul_rows_evex_any<WeightType::bf16>, n, accumulate);
-                    break;
-            }
+            REQUIRE(specdec::cpu::detail::dispatch_dense(type, [&]<WeightType T>() {
+                avx2 = run(matmul_rows_avx2_any<T>, n, accumulate);
+                evex = run(matmul_rows_evex_any<T>, n, accumulate);
+            }));
             CHECK(std::memcmp(avx2.data(), evex.data(), avx2.size() * sizeof(float)) == 0);
         }
     }

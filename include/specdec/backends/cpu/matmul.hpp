@@ -43,6 +43,18 @@ struct MatmulTarget {
 
 namespace detail {
 
+// Calls f.template operator()<T>() with the dense storage type T of `type`
+// (F32, F16 or BF16) and returns true; false for any other type.
+template <class F>
+bool dispatch_dense(WeightType type, F&& f) {
+    switch (type) {
+        case WeightType::f32: f.template operator()<WeightType::f32>(); return true;
+        case WeightType::f16: f.template operator()<WeightType::f16>(); return true;
+        case WeightType::bf16: f.template operator()<WeightType::bf16>(); return true;
+        default: return false;
+    }
+}
+
 // Columns processed together per pass over a row tile (see matmul_tile_avx2).
 inline constexpr std::size_t kColumnGroup = 4;
 
@@ -237,22 +249,15 @@ void matmul_rows_evex_any(const WeightMatrix& w, std::size_t row_begin, std::siz
 inline void matmul_rows(const WeightMatrix& w, std::size_t row_begin, std::size_t row_end, const float* x,
                         std::size_t x_stride, std::size_t columns, float* y, std::size_t y_stride, bool accumulate) {
 #if SPECDEC_HAS_X86_KERNELS
-    if (evex_available()) {
-        switch (w.type) {
-            case WeightType::f32: return matmul_rows_evex_any<WeightType::f32>(w, row_begin, row_end, x, x_stride, columns, y, y_stride, accumulate);
-            case WeightType::f16: return matmul_rows_evex_any<WeightType::f16>(w, row_begin, row_end, x, x_stride, columns, y, y_stride, accumulate);
-            case WeightType::bf16: return matmul_rows_evex_any<WeightType::bf16>(w, row_begin, row_end, x, x_stride, columns, y, y_stride, accumulate);
-            default: break;  // block-quantised types go through quant_matmul_rows
-        }
-    }
-    if (avx2_available()) {
-        switch (w.type) {
-            case WeightType::f32: return matmul_rows_avx2_any<WeightType::f32>(w, row_begin, row_end, x, x_stride, columns, y, y_stride, accumulate);
-            case WeightType::f16: return matmul_rows_avx2_any<WeightType::f16>(w, row_begin, row_end, x, x_stride, columns, y, y_stride, accumulate);
-            case WeightType::bf16: return matmul_rows_avx2_any<WeightType::bf16>(w, row_begin, row_end, x, x_stride, columns, y, y_stride, accumulate);
-            default: break;  // block-quantised types go through quant_matmul_rows
-        }
-    }
+    // Dense types only: block-quantised ones go through quant_matmul_rows.
+    if (evex_available() && dispatch_dense(w.type, [&]<WeightType T>() {
+            matmul_rows_evex_any<T>(w, row_begin, row_end, x, x_stride, columns, y, y_stride, accumulate);
+        }))
+        return;
+    if (avx2_available() && dispatch_dense(w.type, [&]<WeightType T>() {
+            matmul_rows_avx2_any<T>(w, row_begin, row_end, x, x_stride, columns, y, y_stride, accumulate);
+        }))
+        return;
 #endif
     matmul_rows_scalar(w, row_begin, row_end, x, x_stride, columns, y, y_stride, accumulate);
 }
