@@ -296,3 +296,63 @@ TEST_CASE("negative control: a block rule with the token-wise residual is caught
     CHECK(largest > 3e-3);
 }
 
+
+TEST_CASE("block verification on lazy rows decides as on dense rows and materialises only the rows its test reaches", "[acceptance][block]") {
+    // k = 4 drafts over 1003 tokens; p close to q so that every kept length
+    // 0..4 occurs. The reference decides with every h_i computed up front
+    // (detail::block_weights) and the same uniforms.
+    constexpr std::size_t k = 4, vocab = 1003;
+    const specdec::SamplingOptions sampling{.temperature = 1.0};
+    std::vector<std::size_t> kept_counts(k + 1, 0);
+    for (std::uint64_t trial = 0; trial < 300; ++trial) {
+        std::vector<float> target_logits((k + 1) * vocab), draft_logits(k * vocab);
+        for (std::size_t i = 0; i < target_logits.size(); ++i) {
+            const double base = 3.0 * std::sin(0.37 * double(i % vocab) + 0.9 * double(i / vocab));
+            target_logits[i] = static_cast<float>(
+                base + 0.8 * specdec::counter_uniform(trial, i, specdec::RandomPurpose::draft_sample));
+            if (i < draft_logits.size()) draft_logits[i] = static_cast<float>(base);
+        }
+        DraftProposal draft;
+        draft.vocab = vocab;
+        draft.probabilities.resize(k * vocab);
+        for (std::size_t i = 0; i < k; ++i) {
+            const std::span<float> q_row(draft.probabilities.data() + i * vocab, vocab);
+            specdec::logits_to_distribution(std::span<const float>(draft_logits.data() + i * vocab, vocab), sampling, q_row);
+            draft.tokens.push_back(specdec::sample_from_distribution(
+                q_row, specdec::counter_uniform(trial + 1000, i, specdec::RandomPurpose::draft_sample)));
+        }
+        std::vector<float> p_rows((k + 1) * vocab);
+        for (std::size_t i = 0; i <= k; ++i) {
+            specdec::logits_to_distribution(std::span<const float>(target_logits.data() + i * vocab, vocab), sampling,
+                                            std::span<float>(p_rows.data() + i * vocab, vocab));
+        }
+        const specdec::CounterRng rng{trial + 77};
+        const std::uint64_t first_position = 40 + trial;
+        const DistributionRows dense{p_rows.data(), k + 1, vocab};
+        std::vector<double> w, h;
+        specdec::detail::block_weights(draft, dense, w, h);
+        std::size_t expected_tau = 0;
+        for (std::size_t i = k; i > 0 && expected_tau == 0; --i) {
+            if (rng.uniform(first_position, specdec::RandomPurpose::block_test, static_cast<std::uint32_t>(i)) <= h[i - 1])
+                expected_tau = i;
+        }
+        specdec::detail::LazyDistributions lazy;
+        lazy.reset(specdec::dense_logits(target_logits, k + 1, vocab), 0, k + 1, sampling, "test");
+        const auto on_lazy = specdec::accept_block_verification(draft, DistributionRows{.rows = k + 1, .vocab = vocab, .lazy = &lazy},
+                                                                rng, first_position);
+        const auto on_dense = specdec::accept_block_verification(draft, dense, rng, first_position);
+        INFO("trial " << trial << " expected tau " << expected_tau);
+        CHECK(on_lazy.accepted == expected_tau);
+        CHECK(on_dense.accepted == expected_tau);
+        CHECK(on_lazy.next_token == on_dense.next_token);
+        // Rows tau..k-1 for the failed tests and the successful one, then
+        // the row the next token is drawn from (row k, or row 0 when tau = 0).
+        const std::size_t expected_rows = expected_tau == k ? 1 : expected_tau == 0 ? k : k - expected_tau;
+        CHECK(lazy.full_rows() == expected_rows);
+        ++kept_counts[expected_tau];
+    }
+    for (std::size_t tau = 0; tau <= k; ++tau) {
+        INFO("steps keeping " << tau << " drafts: " << kept_counts[tau]);
+        CHECK(kept_counts[tau] > 0);
+    }
+}

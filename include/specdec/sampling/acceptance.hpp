@@ -215,12 +215,10 @@ inline Token sample_residual(std::span<const float> p, const DraftProposal& draf
 //   w_i = min(1, w_{i-1} p_i(x_i) / q_i(x_i)), w_0 = 1 (0 once some q_i(x_i) = 0);
 //   h_i = Z_i / (Z_i + 1 - w_i) with Z_i = sum_x max(w_i p_{i+1}(x) - q_{i+1}(x), 0)
 //         (1 when the denominator is 0), for i < k;  h_k = w_k.
-// The first k rows of p are read in full except row 0 (only p_1(x_1)).
-inline void block_weights(const DraftProposal& draft, const DistributionRows& p, std::vector<double>& w,
-                          std::vector<double>& h) {
+// The w_i read only p_i(x_i); h_i (i < k) reads row i + 1 of p in full.
+inline void block_acceptance_weights(const DraftProposal& draft, const DistributionRows& p, std::vector<double>& w) {
     const std::size_t k = draft.size();
     w.assign(k, 0.0);
-    h.assign(k, 0.0);
     double weight = 1.0;
     for (std::size_t i = 0; i < k; ++i) {
         const Token x = draft.tokens[i];
@@ -229,13 +227,25 @@ inline void block_weights(const DraftProposal& draft, const DistributionRows& p,
         weight = q_x > 0.0 ? std::min(1.0, weight * p_x / q_x) : 0.0;
         w[i] = weight;
     }
-    for (std::size_t i = 0; i + 1 < k; ++i) {
-        // Z_i is the mass of the residual max(w_i p_{i+1} - q_{i+1}, 0).
-        const double z = Residual(p.row(i + 1), draft, i + 1, w[i]).sums({});
-        const double denominator = z + 1.0 - w[i];
-        h[i] = denominator > 0.0 ? z / denominator : 1.0;
-    }
-    if (k > 0) h[k - 1] = w[k - 1];
+}
+
+// h_{i+1} (index i) from the w of block_acceptance_weights.
+inline double block_stop_probability(const DraftProposal& draft, const DistributionRows& p,
+                                     std::span<const double> w, std::size_t i) {
+    if (i + 1 == w.size()) return w[i];
+    // Z is the mass of the residual max(w_i p_{i+1} - q_{i+1}, 0).
+    const double z = Residual(p.row(i + 1), draft, i + 1, w[i]).sums({});
+    const double denominator = z + 1.0 - w[i];
+    return denominator > 0.0 ? z / denominator : 1.0;
+}
+
+// Every w_i and h_i (the tests enumerate with them; the rule itself computes
+// h only where its test reaches, see accept_block_verification).
+inline void block_weights(const DraftProposal& draft, const DistributionRows& p, std::vector<double>& w,
+                          std::vector<double>& h) {
+    block_acceptance_weights(draft, p, w);
+    h.assign(w.size(), 0.0);
+    for (std::size_t i = 0; i < w.size(); ++i) h[i] = block_stop_probability(draft, p, w, i);
 }
 
 }  // namespace detail
@@ -293,11 +303,16 @@ inline void block_weights(const DraftProposal& draft, const DistributionRows& p,
     if (p.data != nullptr) detail::check_probabilities({p.data, p.rows * p.vocab}, "target distribution", p.vocab);
     detail::check_probabilities(draft.probabilities, "draft distribution", draft.vocab);
     const std::size_t k = draft.size();
-    thread_local std::vector<double> w, h;
-    detail::block_weights(draft, p, w, h);
+    thread_local std::vector<double> w;
+    detail::block_acceptance_weights(draft, p, w);
+    // The test runs from the last draft down and stops at the first success,
+    // so h_i is computed only for i >= tau: the full rows of p below the kept
+    // block are never materialised (most steps keep most of the block). The
+    // uniforms are keyed by lane, so the order they are read in changes nothing.
     std::size_t tau = 0;
     for (std::size_t i = k; i > 0; --i) {
-        if (rng.uniform(first_position, RandomPurpose::block_test, static_cast<std::uint32_t>(i)) <= h[i - 1]) {
+        if (rng.uniform(first_position, RandomPurpose::block_test, static_cast<std::uint32_t>(i)) <=
+            detail::block_stop_probability(draft, p, w, i - 1)) {
             tau = i;
             break;
         }
