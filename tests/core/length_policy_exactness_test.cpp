@@ -165,18 +165,14 @@ void check_exact(const SequenceResult& result, const std::string& what) {
     CHECK(result.first_token.p_value >= kExactSignificance);
 }
 
-// Negative control: block verification's acceptance, the token-wise residual.
+// Negative control: block verification's kept length (the library's own,
+// detail::block_kept_length) with the token-wise residual.
 struct BlockWithTokenwiseResidual {
     specdec::AcceptanceResult operator()(const specdec::DraftProposal& d, specdec::DistributionRows p,
                                          const specdec::CounterRng& rng, std::uint64_t pos) const {
-        std::vector<double> w, h;
-        specdec::detail::block_weights(d, p, w, h);
-        std::size_t tau = 0;
-        for (std::size_t i = d.size(); i > 0; --i)
-            if (rng.uniform(pos, specdec::RandomPurpose::block_test, static_cast<std::uint32_t>(i)) <= h[i - 1]) {
-                tau = i;
-                break;
-            }
+        std::vector<double> w;
+        specdec::detail::block_acceptance_weights(d, p, w);
+        const std::size_t tau = specdec::detail::block_kept_length(d, p, w, rng, pos);
         const double v = rng.uniform(pos + tau, specdec::RandomPurpose::target_sample);
         if (tau == d.size()) return {tau, specdec::sample_from_distribution(p.row(tau), v)};
         return {tau, specdec::detail::sample_residual(p.row(tau), d, tau, v)};

@@ -239,8 +239,24 @@ inline double block_stop_probability(const DraftProposal& draft, const Distribut
     return denominator > 0.0 ? z / denominator : 1.0;
 }
 
+// Block verification's kept length: tau = the largest i with u_i <= h_i (0 if
+// none), testing from the last draft down. It stops at the first success, so
+// h_i is computed only for i >= tau: the full rows of p below the kept block
+// are never materialised (most steps keep most of the block). The uniforms
+// are keyed by the step's first position and the lane, so the order they are
+// read in changes nothing.
+inline std::size_t block_kept_length(const DraftProposal& draft, const DistributionRows& p, std::span<const double> w,
+                                     const CounterRng& rng, std::uint64_t first_position) {
+    for (std::size_t i = w.size(); i > 0; --i) {
+        if (rng.uniform(first_position, RandomPurpose::block_test, static_cast<std::uint32_t>(i)) <=
+            block_stop_probability(draft, p, w, i - 1))
+            return i;
+    }
+    return 0;
+}
+
 // Every w_i and h_i (the tests enumerate with them; the rule itself computes
-// h only where its test reaches, see accept_block_verification).
+// h only where its test reaches, see block_kept_length).
 inline void block_weights(const DraftProposal& draft, const DistributionRows& p, std::vector<double>& w,
                           std::vector<double>& h) {
     block_acceptance_weights(draft, p, w);
@@ -305,18 +321,7 @@ inline void block_weights(const DraftProposal& draft, const DistributionRows& p,
     const std::size_t k = draft.size();
     thread_local std::vector<double> w;
     detail::block_acceptance_weights(draft, p, w);
-    // The test runs from the last draft down and stops at the first success,
-    // so h_i is computed only for i >= tau: the full rows of p below the kept
-    // block are never materialised (most steps keep most of the block). The
-    // uniforms are keyed by lane, so the order they are read in changes nothing.
-    std::size_t tau = 0;
-    for (std::size_t i = k; i > 0; --i) {
-        if (rng.uniform(first_position, RandomPurpose::block_test, static_cast<std::uint32_t>(i)) <=
-            detail::block_stop_probability(draft, p, w, i - 1)) {
-            tau = i;
-            break;
-        }
-    }
+    const std::size_t tau = detail::block_kept_length(draft, p, w, rng, first_position);
     const double v = rng.uniform(first_position + tau, RandomPurpose::target_sample);
     if (tau == k) return {k, sample_from_distribution(p.row(k), v)};
     const double weight = tau == 0 ? 1.0 : w[tau - 1];
