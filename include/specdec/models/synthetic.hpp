@@ -21,7 +21,7 @@
 // repeats, the acceptance of each draft kind) are measured by measure_pair()
 // in pair_statistics.hpp and checked by the [slow] tests in
 // tests/models/synthetic_model_test.cpp; the costs and speedups on a given
-// machine come from specdec-bench (see the README).
+// machine come from specdec-bench (docs/results.md).
 #include <algorithm>
 #include <bit>
 #include <cmath>

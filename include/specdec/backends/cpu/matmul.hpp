@@ -193,9 +193,9 @@ void matmul_rows_avx2_any(const WeightMatrix& w, std::size_t row_begin, std::siz
         // chain of FMAs whatever the tile, so results do not depend on the choice.
         for (; r + 4 <= row_end; r += 4) matmul_tile_avx2<T, 4, 2>(w, r, x, x_stride, y, y_stride, accumulate);
     } else if (columns == 3) {
-        // Four rows: with two- or three-row tiles a 3-column pass of the 100m
-        // model cost more than a 4-column one (fewer weight streams in flight
-        // per column load); 4 x 3 is 7-10% faster than 3 x 3 there, interleaved.
+        // Four rows: with two- or three-row tiles a 3-column pass cost more
+        // than a 4-column one (fewer weight streams in flight per column load;
+        // measurements in docs/cpu-kernels.md).
         for (; r + 4 <= row_end; r += 4) matmul_tile_avx2<T, 4, 3>(w, r, x, x_stride, y, y_stride, accumulate);
     } else if (columns == 4) {
         for (; r + 3 <= row_end; r += 3) matmul_tile_avx2<T, 3, 4>(w, r, x, x_stride, y, y_stride, accumulate);
@@ -228,11 +228,9 @@ void matmul_row_tile_evex(const WeightMatrix& w, std::size_t row_begin, const fl
     }
 }
 
-// The tile shapes for 32 registers, chosen on whole forwards of the 100m
-// model (F16, 2 threads, Zen 4), every shape interleaved in one process: 4
-// rows up to 6 columns, 3 rows beyond. Against the AVX2 tiles a pass of 3
-// tokens took 0.73 of the time, 4 tokens 0.83, 5 tokens 0.92, 7 to 8 tokens
-// 0.81-0.83; 1 and 2 tokens, memory-bound either way, the same.
+// The tile shapes for 32 registers: 4 rows up to 6 columns, 3 rows beyond,
+// chosen on whole model forwards with every shape interleaved in one process
+// (the measurements against the AVX2 tiles are in docs/cpu-kernels.md).
 template <WeightType T>
 void matmul_rows_evex_any(const WeightMatrix& w, std::size_t row_begin, std::size_t row_end, const float* x,
                           std::size_t x_stride, std::size_t columns, float* y, std::size_t y_stride, bool accumulate) {
