@@ -6,6 +6,9 @@
 //
 // Folders are layers; includes only point downwards (no cycles):
 //
+//   platform/       x86 leaf: CPU features (CPUID, OS state), the target
+//                   attributes of vectorised functions, horizontal reductions;
+//                   includes nothing of specdec (sampling/ and backends/cpu/ use it)
 //   core/           the model contract (CausalLM and its optional extensions),
 //                   tokens and logits views, drafts and verdicts, sampling
 //                   options, the counter-based RNG, specdec::Error
