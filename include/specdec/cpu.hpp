@@ -6,5 +6,4 @@
 #include "specdec/formats/gguf.hpp"
 #include "specdec/formats/tokenizer.hpp"
 #include "specdec/models/llama_model.hpp"
-#include "specdec/models/pair_statistics.hpp"
 #include "specdec/models/synthetic.hpp"

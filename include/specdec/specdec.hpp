@@ -6,13 +6,17 @@
 //
 // Folders are layers; includes only point downwards (no cycles):
 //
+//   platform/       x86 leaf: CPU features (CPUID, OS state), the target
+//                   attributes of vectorised functions, horizontal reductions;
+//                   includes nothing of specdec (sampling/ and backends/cpu/ use it)
 //   core/           the model contract (CausalLM and its optional extensions),
 //                   tokens and logits views, drafts and verdicts, sampling
 //                   options, the counter-based RNG, specdec::Error
 //   sampling/       logits -> distributions (temperature, top-k/p, min-p) and
 //                   the acceptance rules that keep the target's distribution exact
 //   decoding/       the decoders (session, one step at a time, generate() on top),
-//                   drafters, KV-cache bookkeeping                    <- this header
+//                   drafters, KV-cache bookkeeping, draft/target pair
+//                   statistics                                        <- this header
 //   formats/        bytes in, plain data out: GGUF reader/writer, tokenizers
 //   tensors/        weight storage types shared by both backends (F16/BF16, quant blocks)
 //   backends/cpu/   CPU kernels (SIMD matmul, vector ops, thread pool); know no model
@@ -36,6 +40,7 @@
 #include "specdec/decoding/session.hpp"
 #include "specdec/decoding/speculative_decoder.hpp"
 #include "specdec/decoding/model_tree_drafter.hpp"
+#include "specdec/decoding/pair_statistics.hpp"
 #include "specdec/decoding/tree_decoder.hpp"
 #include "specdec/decoding/tree_policy.hpp"
 #include "specdec/decoding/tree_shape.hpp"

@@ -13,10 +13,21 @@ file(MAKE_DIRECTORY ${work})
 set(args -DSPECDEC_CONSUME=${MODE} -DSPECDEC_EXPECT_CPU=${EXPECT_CPU} -DCMAKE_BUILD_TYPE=Release)
 
 if(MODE STREQUAL "find_package")
-  # Install the package from a fresh configure of the source tree, as a user would.
-  run(${CMAKE_COMMAND} -S ${SOURCE} -B ${work}/specdec-build -DSPECDEC_BUILD_TESTS=OFF
-      -DSPECDEC_BUILD_BENCHMARKS=OFF -DSPECDEC_BUILD_EXAMPLES=OFF -DSPECDEC_BUILD_TOOLS=OFF -DSPECDEC_INSTALL=ON -DSPECDEC_CUDA=OFF)
+  # Install the package as a user would: a fresh configure of the source tree
+  # with the default options (tests, benchmarks, examples and tools enabled),
+  # then `cmake --install` WITHOUT building anything. A header-only library
+  # must install from an unbuilt tree: headers and CMake package, no programs.
+  run(${CMAKE_COMMAND} -S ${SOURCE} -B ${work}/specdec-build -DSPECDEC_CUDA=OFF)
   run(${CMAKE_COMMAND} --install ${work}/specdec-build --prefix ${work}/prefix)
+  foreach(installed include/specdec/specdec.hpp include/specdec/cpu.hpp
+                    share/cmake/specdec/specdecConfig.cmake share/cmake/specdec/specdecTargets.cmake)
+    if(NOT EXISTS ${work}/prefix/${installed})
+      message(FATAL_ERROR "cmake --install of an unbuilt tree did not install ${installed}")
+    endif()
+  endforeach()
+  if(EXISTS ${work}/prefix/bin)
+    message(FATAL_ERROR "cmake --install installed programs by default (${work}/prefix/bin): tools need SPECDEC_INSTALL_TOOLS")
+  endif()
   list(APPEND args -DCMAKE_PREFIX_PATH=${work}/prefix)
 elseif(MODE STREQUAL "add_subdirectory")
   list(APPEND args -DSPECDEC_SOURCE=${SOURCE} -DSPECDEC_CUDA=OFF)
@@ -30,4 +41,10 @@ endif()
 run(${CMAKE_COMMAND} -S ${SOURCE}/tests/consumers/project -B ${work}/build ${args})
 run(${CMAKE_COMMAND} --build ${work}/build)
 run(${work}/build/consumer)
+if(EXPECT_CPU)
+  if(NOT EXISTS ${work}/build/consumer_cpu)
+    message(FATAL_ERROR "specdec::cpu was expected but the consumer_cpu program was not built")
+  endif()
+  run(${work}/build/consumer_cpu)
+endif()
 message(STATUS "consumer via ${MODE}: ok")

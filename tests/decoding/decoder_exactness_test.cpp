@@ -21,6 +21,7 @@
 #include "specdec/specdec.hpp"
 #include "support/catch.hpp"
 #include "support/exactness_harness.hpp"
+#include "support/toy_drafter.hpp"
 #include "support/toy_models.hpp"
 
 using specdec::DecodingOptions;
@@ -31,7 +32,10 @@ using specdec::test::check_exact;
 using specdec::test::ExactnessSetup;
 using specdec::test::reference_conditional;
 using specdec::test::run_exactness;
+using specdec::test::ReportedQ;
 using specdec::test::sampled_run;
+using specdec::test::TokenPick;
+using specdec::test::ToyDrafter;
 using specdec::test::ToyLM;
 using specdec::test::ToyLMOptions;
 
@@ -101,60 +105,6 @@ struct PointMassResidualKeepsDraft {
         const double v = rng.uniform(position + correct.accepted, specdec::RandomPurpose::target_sample);
         return {correct.accepted, specdec::sample_from_distribution(p.row(correct.accepted), v)};
     }
-};
-
-// Proposes the draft model's argmax but reports the full q: the biased
-// pattern of drafting greedily and then applying the p/q test.
-class ArgmaxDrafterReportingQ {
-public:
-    explicit ArgmaxDrafterReportingQ(const ToyLM& model) : model_(model) {}
-    void reset() {}
-    specdec::DraftProposal propose(const specdec::DraftRequest& request) {
-        specdec::DraftProposal proposal{.vocab = model_.vocab_size()};
-        std::vector<Token> context(request.history.begin(), request.history.end());
-        for (std::size_t i = 0; i < request.max_tokens; ++i) {
-            std::vector<float> q(model_.vocab_size());
-            specdec::logits_to_distribution(model_.logits_after(context), request.sampling, q);
-            const Token token = static_cast<Token>(std::max_element(q.begin(), q.end()) - q.begin());
-            proposal.tokens.push_back(token);
-            proposal.probabilities.insert(proposal.probabilities.end(), q.begin(), q.end());
-            context.push_back(token);
-        }
-        return proposal;
-    }
-
-private:
-    const ToyLM& model_;
-};
-
-// Samples from the top-2-filtered draft distribution but reports the unfiltered q.
-class WarpedSampleUnwarpedQ {
-public:
-    explicit WarpedSampleUnwarpedQ(const ToyLM& model) : model_(model) {}
-    void reset() {}
-    specdec::DraftProposal propose(const specdec::DraftRequest& request) {
-        const std::size_t vocab = model_.vocab_size();
-        specdec::DraftProposal proposal{.vocab = vocab};
-        std::vector<Token> context(request.history.begin(), request.history.end());
-        for (std::size_t i = 0; i < request.max_tokens; ++i) {
-            std::vector<float> warped(vocab), plain(vocab);
-            const auto logits = model_.logits_after(context);
-            SamplingOptions filtered = request.sampling;
-            filtered.top_k = 2;
-            specdec::logits_to_distribution(logits, filtered, warped);
-            specdec::logits_to_distribution(logits, request.sampling, plain);
-            const std::uint64_t position = request.history.size() + i;
-            const Token token = specdec::sample_from_distribution(
-                warped, request.rng.uniform(position, specdec::RandomPurpose::draft_sample));
-            proposal.tokens.push_back(token);
-            proposal.probabilities.insert(proposal.probabilities.end(), plain.begin(), plain.end());
-            context.push_back(token);
-        }
-        return proposal;
-    }
-
-private:
-    const ToyLM& model_;
 };
 
 // A period-9 pattern over 3 tokens, repeated: prompt lookup then proposes 8
@@ -328,21 +278,35 @@ TEST_CASE("negative control: a point-mass residual that keeps the drafted token 
                  8);
 }
 
-TEST_CASE("negative controls: drafting the argmax, or sampling a warped q while reporting the unwarped one, is caught", "[exactness][decoder][negative-control]") {
+// One drafter, ToyDrafter (support/toy_drafter.hpp), in three honest
+// configurations and the two lies they turn into with one knob: drafting the
+// argmax, or sampling a top-2-warped q, and reporting the draft model's full q
+// either way. The same statistic must pass the first three and catch the last
+// two. Vocabulary 5, k = 3, T = 1, 4-token sequences.
+namespace {
+specdec::test::ExactnessReport toy_drafter_report(const std::string& name, specdec::test::ToyDrafterKnobs knobs) {
     ToyLM target(exactness_target_options(5));
     const ToyLM draft_model(exactness_draft_options(5));
+    ToyDrafter drafter(draft_model, knobs);
     const SamplingOptions sampling{.temperature = 1.0};
-    const ExactnessSetup setup{.name = "argmax drafter reporting q",
+    const ExactnessSetup setup{.name = name,
                                .prompt = {1, 3},
                                .vocab = 5,
                                .length = 4,
                                .draft_tokens = 3,
                                .samples = kExactnessSamples,
                                .target = reference_conditional(target, sampling)};
-    ArgmaxDrafterReportingQ argmax(draft_model);
-    check_caught(run_exactness(setup, speculative_run(target, argmax, 3, sampling, 4, setup.prompt)), 3);
-    WarpedSampleUnwarpedQ warped(draft_model);
-    ExactnessSetup warped_setup = setup;
-    warped_setup.name = "top-2 sample, unfiltered q";
-    check_caught(run_exactness(warped_setup, speculative_run(target, warped, 3, sampling, 4, setup.prompt)), 3);
+    return run_exactness(setup, speculative_run(target, drafter, 3, sampling, 4, setup.prompt));
+}
+}  // namespace
+
+TEST_CASE("a toy drafter reporting the q it drew from is exact: sampled, argmax (point mass) or top-2 warped", "[exactness][decoder]") {
+    check_exact(toy_drafter_report("toy drafter, sampled", {}), 3);
+    check_exact(toy_drafter_report("toy drafter, argmax reported as a point mass", {.pick = TokenPick::argmax}), 3);
+    check_exact(toy_drafter_report("toy drafter, top-2 sample, top-2 q", {.draft_top_k = 2}), 3);
+}
+
+TEST_CASE("negative controls: drafting the argmax, or sampling a warped q while reporting the unwarped one, is caught", "[exactness][decoder][negative-control]") {
+    check_caught(toy_drafter_report("argmax drafter reporting q", {.pick = TokenPick::argmax, .reports = ReportedQ::model_q}), 3);
+    check_caught(toy_drafter_report("top-2 sample, unfiltered q", {.draft_top_k = 2, .reports = ReportedQ::model_q}), 3);
 }

@@ -15,6 +15,7 @@
 #include "specdec/specdec.hpp"
 #include "support/catch.hpp"
 #include "support/exactness_harness.hpp"
+#include "support/toy_drafter.hpp"
 #include "support/toy_models.hpp"
 
 using specdec::DecodingOptions;
@@ -28,6 +29,7 @@ using specdec::test::ExactnessSetup;
 using specdec::test::reference_conditional;
 using specdec::test::run_exactness;
 using specdec::test::sampled_run;
+using specdec::test::ToyDrafter;
 using specdec::test::ToyLM;
 using specdec::test::ToyLMOptions;
 
@@ -77,48 +79,6 @@ TreeReports tree_reports(const std::string& name, const std::vector<Token>& prom
     first.first_seed = 1000000;
     return {run_exactness(first, run), run_exactness(sequences, run)};
 }
-
-// Siblings drawn WITH replacement from the draft's q (each independently),
-// reported as a without-replacement group: the bug of control (i).
-class WithReplacementTreeDrafter {
-public:
-    explicit WithReplacementTreeDrafter(const ToyLM& model) : model_(model) {}
-    void reset() {}
-    specdec::TreeProposal propose_tree(const specdec::TreeDraftRequest& request) {
-        const std::size_t vocab = model_.vocab_size();
-        specdec::TreeProposal proposal{.vocab = vocab};
-        std::vector<std::vector<Token>> contexts;  // per proposal node: history + its path
-        std::vector<std::int32_t> row_of_parent(request.shape.size() + 1, -1);
-        std::vector<std::int32_t> slot(request.shape.size(), -1);
-        for (std::size_t s = 0; s < request.shape.size(); ++s) {
-            const std::int32_t shape_parent = request.shape.parent(s);
-            const std::int32_t parent = shape_parent < 0 ? -1 : slot[static_cast<std::size_t>(shape_parent)];
-            std::vector<Token> context(request.history.begin(), request.history.end());
-            if (parent >= 0) context = contexts[static_cast<std::size_t>(parent)];
-            std::int32_t& row = row_of_parent[static_cast<std::size_t>(parent + 1)];
-            if (row < 0) {
-                row = static_cast<std::int32_t>(proposal.probabilities.size() / vocab);
-                std::vector<float> q(vocab);
-                specdec::logits_to_distribution(model_.logits_after(context), request.sampling, q);
-                proposal.probabilities.insert(proposal.probabilities.end(), q.begin(), q.end());
-            }
-            const std::span<const float> q{proposal.probabilities.data() + static_cast<std::size_t>(row) * vocab, vocab};
-            const Token token = specdec::sample_from_distribution(
-                q, request.rng.uniform(request.history.size(), specdec::RandomPurpose::tree_draft,
-                                       static_cast<std::uint32_t>(s)));
-            slot[s] = static_cast<std::int32_t>(proposal.size());
-            proposal.tokens.push_back(token);
-            proposal.parents.push_back(parent);
-            proposal.distribution_of.push_back(row);
-            context.push_back(token);
-            contexts.push_back(context);
-        }
-        return proposal;
-    }
-
-private:
-    const ToyLM& model_;
-};
 
 // Recursive rejection sampling whose residual is not updated between
 // siblings (every sibling is tested against p): the bug of control (ii).
@@ -340,10 +300,25 @@ TEST_CASE("tree verification is exact with point-mass (prompt lookup) trees", "[
     }
 }
 
+TEST_CASE("a toy tree drafter drawing siblings without replacement is exact", "[tree][exactness]") {
+    ToyLM target(tree_target_options(3));
+    const ToyLM draft_model(tree_draft_options(3, 0.8));
+    ToyDrafter drafter(draft_model);
+    const SamplingOptions sampling{.temperature = 1.0};
+    const TreeShape shape = TreeShape::from_branching({3, 2});
+    const std::vector<Token> prompt{1, 2};
+    const auto reports = tree_reports("toy drafter, siblings without replacement", prompt, 3, 2,
+                                      reference_conditional(target, sampling),
+                                      tree_runner(target, drafter, shape, sampling, 3, prompt));
+    check_exact(reports.first, 0);
+    check_exact(reports.sequences, 2);
+}
+
+// The same drafter with one knob turned: control (i).
 TEST_CASE("negative control (i): siblings drawn with replacement, verified as if without, are caught", "[tree][exactness][negative-control]") {
     ToyLM target(tree_target_options(3));
     const ToyLM draft_model(tree_draft_options(3, 0.8));
-    WithReplacementTreeDrafter drafter(draft_model);
+    ToyDrafter drafter(draft_model, {.siblings_with_replacement = true});
     const SamplingOptions sampling{.temperature = 1.0};
     const TreeShape shape = TreeShape::from_branching({3, 2});
     const std::vector<Token> prompt{1, 2};

@@ -1,6 +1,7 @@
 #pragma once
-// Helpers shared by the file-format tests: a scratch directory and a way to
-// capture the message of the specdec::Error a malformed file must raise.
+// Helpers shared by the file-format tests: a scratch directory, the message of
+// the specdec::Error a malformed file or vocabulary must raise, and GGUF
+// values that more than one test writes.
 #include <atomic>
 #include <cstddef>
 #include <filesystem>
@@ -67,6 +68,36 @@ inline void require_open_error(const std::filesystem::path& path, const std::str
     INFO("got: " << (message.empty() ? std::string("<opened without error>") : message));
     CHECK(message.find(problem) != std::string::npos);
     CHECK(message.find(path.string()) != std::string::npos);
+}
+
+// The message of the specdec::Error that `action` raises; "<no error>" when it
+// returns. Any other exception type fails the test.
+inline std::string error_message(auto&& action) {
+    try {
+        action();
+    } catch (const Error& error) {
+        return error.what();
+    }
+    return "<no error>";
+}
+
+// The message of the specdec::Error that reading a tokenizer from the file
+// `writer` describes raises (the file is written to `dir` as `name`).
+inline std::string tokenizer_error(const gguf::Writer& writer, const TempDir& dir = TempDir{},
+                                   const std::string& name = "vocab.gguf") {
+    const auto path = dir.file(name);
+    writer.write(path);
+    const gguf::File file = gguf::File::open(path);
+    return error_message([&] { (void)Tokenizer::from_gguf(file); });
+}
+
+// An array of arrays, [[1, 2], ["x"]], with 16-bit integers of `integer_type`.
+inline gguf::ValueBytes nested_array(gguf::ValueType integer_type) {
+    gguf::ValueBytes nested;
+    nested.array_header(gguf::ValueType::array, 2);
+    nested.array_header(integer_type, 2).u16(1).u16(2);
+    nested.array_header(gguf::ValueType::string, 1).string("x");
+    return nested;
 }
 
 inline std::vector<std::byte> as_bytes(const std::vector<float>& values) {

@@ -21,7 +21,6 @@
 
 using specdec::gguf::File;
 using specdec::gguf::TensorType;
-using specdec::gguf::ValueBytes;
 using specdec::gguf::ValueType;
 using specdec::gguf::Writer;
 
@@ -37,11 +36,7 @@ Writer fuzz_seed_model() {
     writer.add_string_array("tokenizer.ggml.tokens", tokens);
     writer.add_float32_array("tokenizer.ggml.scores", std::vector<float>{0, 0, 0, -1, -2, -3});
     writer.add_int32_array("tokenizer.ggml.token_type", std::vector<std::int32_t>{2, 3, 3, 1, 1, 1});
-    ValueBytes nested;
-    nested.array_header(ValueType::array, 2);
-    nested.array_header(ValueType::int16, 2).u16(1).u16(2);
-    nested.array_header(ValueType::string, 1).string("x");
-    writer.add_raw("nested", ValueType::array, nested);
+    writer.add_raw("nested", ValueType::array, specdec::test::nested_array(ValueType::int16));
     writer.add_tensor_f32("token_embd.weight", {4, 6}, std::vector<float>(24, 0.5f));
     writer.add_tensor("blk.0.attn_q.weight", TensorType::q8_0, {32, 2}, std::vector<std::byte>(2 * 34));
     writer.add_tensor("blk.0.attn_k.weight", TensorType::q4_0, {64}, std::vector<std::byte>(2 * 18));

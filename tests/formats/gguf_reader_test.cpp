@@ -13,23 +13,14 @@
 #include "specdec/formats/gguf_writer.hpp"
 #include "support/catch.hpp"
 
-using specdec::Error;
 using specdec::gguf::File;
 using specdec::gguf::TensorType;
 using specdec::gguf::ValueBytes;
 using specdec::gguf::ValueType;
 using specdec::gguf::Writer;
+using specdec::test::error_message;
 
 namespace {
-
-std::string error_of(auto&& action) {
-    try {
-        action();
-    } catch (const Error& error) {
-        return error.what();
-    }
-    return "<no error>";
-}
 
 Writer every_value_type() {
     Writer writer;
@@ -63,12 +54,7 @@ Writer every_value_type() {
     ValueBytes bools;
     bools.array_header(ValueType::boolean, 3).u8(1).u8(0).u8(1);
     writer.add_raw("bools", ValueType::array, bools);
-    // An array of arrays: [[1, 2], ["x"]].
-    ValueBytes nested;
-    nested.array_header(ValueType::array, 2);
-    nested.array_header(ValueType::uint16, 2).u16(1).u16(2);
-    nested.array_header(ValueType::string, 1).string("x");
-    writer.add_raw("nested", ValueType::array, nested);
+    writer.add_raw("nested", ValueType::array, specdec::test::nested_array(ValueType::uint16));
     return writer;
 }
 
@@ -127,26 +113,26 @@ TEST_CASE("Typed accessors reject missing keys, wrong types and negative unsigne
     every_value_type().write(path);
     const File file = File::open(path);
 
-    const std::string missing = error_of([&] { (void)file.get_uint("llama.block_count"); });
+    const std::string missing = error_message([&] { (void)file.get_uint("llama.block_count"); });
     CHECK(missing.find("missing metadata key 'llama.block_count'") != std::string::npos);
     CHECK(missing.find(path.string()) != std::string::npos);
-    CHECK(error_of([&] { (void)file.get_string("u8"); }).find("'u8' has type uint8, expected a string") !=
+    CHECK(error_message([&] { (void)file.get_string("u8"); }).find("'u8' has type uint8, expected a string") !=
           std::string::npos);
-    CHECK(error_of([&] { (void)file.find_uint("text"); }).find("expected an unsigned integer") != std::string::npos);
-    CHECK(error_of([&] { (void)file.get_uint("negative"); }).find("negative value -5") != std::string::npos);
-    CHECK(error_of([&] { (void)file.get_uint("i8"); }).find("negative value -100") != std::string::npos);
-    CHECK(error_of([&] { (void)file.get_int("u64"); }).find("too large for a signed 64-bit integer") !=
+    CHECK(error_message([&] { (void)file.find_uint("text"); }).find("expected an unsigned integer") != std::string::npos);
+    CHECK(error_message([&] { (void)file.get_uint("negative"); }).find("negative value -5") != std::string::npos);
+    CHECK(error_message([&] { (void)file.get_uint("i8"); }).find("negative value -100") != std::string::npos);
+    CHECK(error_message([&] { (void)file.get_int("u64"); }).find("too large for a signed 64-bit integer") !=
           std::string::npos);
-    CHECK(error_of([&] { (void)file.get_int("f32"); }).find("expected an integer") != std::string::npos);
-    CHECK(error_of([&] { (void)file.get_float("text"); }).find("expected a number") != std::string::npos);
-    CHECK(error_of([&] { (void)file.get_uint("yes"); }).find("has type bool") != std::string::npos);
-    CHECK(error_of([&] { (void)file.get_string_array("floats"); }).find("holds float32 elements, expected strings") !=
+    CHECK(error_message([&] { (void)file.get_int("f32"); }).find("expected an integer") != std::string::npos);
+    CHECK(error_message([&] { (void)file.get_float("text"); }).find("expected a number") != std::string::npos);
+    CHECK(error_message([&] { (void)file.get_uint("yes"); }).find("has type bool") != std::string::npos);
+    CHECK(error_message([&] { (void)file.get_string_array("floats"); }).find("holds float32 elements, expected strings") !=
           std::string::npos);
-    CHECK(error_of([&] { (void)file.get_int_array("floats"); }).find("expected integers") != std::string::npos);
-    CHECK(error_of([&] { (void)file.get_int_array("big_u64s"); }).find("too large") != std::string::npos);
-    CHECK(error_of([&] { (void)file.get_float_array("words"); }).find("expected numbers") != std::string::npos);
-    CHECK(error_of([&] { (void)file.get_string_array("text"); }).find("expected an array") != std::string::npos);
-    CHECK(error_of([&] { (void)file.tensor("token_embd.weight"); }).find("missing tensor 'token_embd.weight'") !=
+    CHECK(error_message([&] { (void)file.get_int_array("floats"); }).find("expected integers") != std::string::npos);
+    CHECK(error_message([&] { (void)file.get_int_array("big_u64s"); }).find("too large") != std::string::npos);
+    CHECK(error_message([&] { (void)file.get_float_array("words"); }).find("expected numbers") != std::string::npos);
+    CHECK(error_message([&] { (void)file.get_string_array("text"); }).find("expected an array") != std::string::npos);
+    CHECK(error_message([&] { (void)file.tensor("token_embd.weight"); }).find("missing tensor 'token_embd.weight'") !=
           std::string::npos);
 }
 
@@ -215,12 +201,12 @@ TEST_CASE("Type traits give the block layout of each supported tensor type", "[g
     CHECK(type_traits(TensorType::q4_1).block_bytes == 20);
     CHECK(type_traits(TensorType::q5_0).block_bytes == 22);
     CHECK(type_traits(TensorType::q5_1).block_bytes == 24);
-    CHECK(error_of([] { (void)type_traits(static_cast<TensorType>(10)); }).find("unsupported tensor type 10 (q2_K)") !=
+    CHECK(error_message([] { (void)type_traits(static_cast<TensorType>(10)); }).find("unsupported tensor type 10 (q2_K)") !=
           std::string::npos);
 }
 
 TEST_CASE("The writer refuses a tensor whose data does not match its shape", "[gguf]") {
     Writer writer;
-    CHECK(error_of([&] { writer.add_tensor_f32("t", {3}, std::vector<float>{1, 2}); }).find("need 12") !=
+    CHECK(error_message([&] { writer.add_tensor_f32("t", {3}, std::vector<float>{1, 2}); }).find("need 12") !=
           std::string::npos);
 }

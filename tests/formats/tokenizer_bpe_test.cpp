@@ -14,8 +14,8 @@
 using specdec::Token;
 using specdec::TokenKind;
 using specdec::Tokenizer;
-using specdec::gguf::File;
 using specdec::gguf::Writer;
+using specdec::test::tokenizer_error;
 
 namespace {
 
@@ -184,16 +184,11 @@ TEST_CASE("Byte-level BPE needs well-formed merge rules", "[tokenizer][bpe][erro
         Writer writer;
         writer.add_string("tokenizer.ggml.model", "gpt2");
         writer.add_string_array("tokenizer.ggml.tokens", std::vector<std::string>{"a", "b"});
-        writer.write(path);
-        const File file = File::open(path);
-        CHECK_THROWS_WITH(Tokenizer::from_gguf(file),
-                          "missing metadata key 'tokenizer.ggml.merges' in GGUF file '" + path.string() + "'");
+        CHECK(tokenizer_error(writer, dir, "bad.gguf") ==
+              "missing metadata key 'tokenizer.ggml.merges' in GGUF file '" + path.string() + "'");
     }
     SECTION("a rule without a space") {
-        Writer writer = gpt2_vocabulary({"ab"}, {});
-        writer.write(path);
-        const File file = File::open(path);
-        CHECK_THROWS_WITH(Tokenizer::from_gguf(file),
-                          "tokenizer: merge rule 0 'ab' is not 'left right' in GGUF file '" + path.string() + "'");
+        CHECK(tokenizer_error(gpt2_vocabulary({"ab"}, {}), dir, "bad.gguf") ==
+              "tokenizer: merge rule 0 'ab' is not 'left right' in GGUF file '" + path.string() + "'");
     }
 }

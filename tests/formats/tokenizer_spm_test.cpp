@@ -13,8 +13,8 @@
 using specdec::Token;
 using specdec::TokenKind;
 using specdec::Tokenizer;
-using specdec::gguf::File;
 using specdec::gguf::Writer;
+using specdec::test::tokenizer_error;
 
 namespace {
 
@@ -55,19 +55,6 @@ Writer spm_vocabulary(const std::vector<Entry>& entries, bool byte_tokens) {
     return writer;
 }
 
-
-std::string tokenizer_error(const Writer& writer) {
-    const specdec::test::TempDir dir;
-    const auto path = dir.file("vocab.gguf");
-    writer.write(path);
-    const File file = File::open(path);
-    try {
-        (void)Tokenizer::from_gguf(file);
-    } catch (const specdec::Error& error) {
-        return error.what();
-    }
-    return "<no error>";
-}
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 
 #include "models/model_test_support.hpp"
 #include "specdec/models/synthetic.hpp"
+#include "specdec/platform/x86.hpp"
 #include "support/catch.hpp"
 #include "support/skip.hpp"
 
@@ -167,8 +168,8 @@ TEST_CASE("the 32-register tiles compute bitwise what the AVX2 tiles compute for
     // EVEX-encoded, with larger tiles; the width test above then checks that
     // path alone. Both must give the same bits, or a model's logits would
     // depend on the CPU it runs on.
-#if SPECDEC_HAS_X86_KERNELS
-    if (!specdec::cpu::evex_available())
+#if SPECDEC_X86
+    if (!specdec::platform::evex_available())
         SPECDEC_SKIP("this CPU has no AVX-512 F + VL (or SPECDEC_DISABLE_AVX512 is set): only the AVX2 tiles run");
     const WeightType type = GENERATE(WeightType::f32, WeightType::f16, WeightType::bf16);
     INFO(specdec::weight_type_name(type));

@@ -9,6 +9,7 @@
 #include "models/model_test_support.hpp"
 #include "specdec/backends/cpu/matmul.hpp"
 #include "specdec/models/synthetic.hpp"
+#include "specdec/platform/x86.hpp"
 #include "support/catch.hpp"
 
 namespace {
@@ -73,8 +74,8 @@ TEST_CASE("the quantised matrix kernels agree with dequantise-then-dot for 1 to 
         std::vector<float> scalar(n * rows), simd(n * rows), dispatched(n * rows);
         specdec::cpu::detail::dispatch_quantized(type, [&]<WeightType T>() {
             specdec::cpu::detail::quant_matmul_rows_scalar<T>(w, 0, rows, qx, n, scalar.data(), rows, false);
-#if SPECDEC_HAS_X86_KERNELS
-            if (specdec::cpu::avx2_available()) {
+#if SPECDEC_X86
+            if (specdec::platform::avx2_available()) {
                 specdec::cpu::detail::quant_matmul_rows_avx2<T>(w, 0, rows, qx, n, simd.data(), rows, false);
             }
 #endif
@@ -106,8 +107,8 @@ TEST_CASE("the quantised matrix kernels agree with dequantise-then-dot for 1 to 
                 CHECK(std::fabs(dispatched[c * rows + r] - exact) <= bound);
                 CHECK(std::fabs(scalar[c * rows + r] - on_q8) <= rounding);
                 CHECK(std::fabs(dispatched[c * rows + r] - on_q8) <= rounding);
-#if SPECDEC_HAS_X86_KERNELS
-                if (specdec::cpu::avx2_available()) {
+#if SPECDEC_X86
+                if (specdec::platform::avx2_available()) {
                     CHECK(std::fabs(simd[c * rows + r] - exact) <= bound);
                     CHECK(std::fabs(simd[c * rows + r] - on_q8) <= rounding);
                     // Same integer sums: only the float accumulation order differs.

@@ -8,7 +8,7 @@
 
 #include "models/model_test_support.hpp"
 #include "specdec/models/llama_model.hpp"
-#include "specdec/models/pair_statistics.hpp"
+#include "specdec/decoding/pair_statistics.hpp"
 #include "specdec/formats/tokenizer.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"

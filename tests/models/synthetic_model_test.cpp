@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "models/model_test_support.hpp"
-#include "specdec/models/pair_statistics.hpp"
+#include "specdec/decoding/pair_statistics.hpp"
 #include "specdec/models/synthetic.hpp"
 #include "support/catch.hpp"
 

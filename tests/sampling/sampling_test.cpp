@@ -207,7 +207,7 @@ TEST_CASE("the vectorised row passes agree with their scalar twins", "[sampling]
     // Lengths around the 8-lane vectors and the 64-token blocks, values at
     // every lane position; the scalar twins are what SPECDEC_DISABLE_SIMD runs.
     namespace d = specdec::detail;
-    if (!d::sampling_avx2()) SUCCEED("no AVX2 on this CPU: only the scalar twins run");
+    if (!specdec::platform::avx2_available()) SUCCEED("no AVX2 on this CPU: only the scalar twins run");
     for (const std::size_t n : {1, 7, 8, 9, 63, 64, 65, 200, 32000}) {
         std::vector<float> p(n), q(n);
         for (std::size_t i = 0; i < n; ++i) {

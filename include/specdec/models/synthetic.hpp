@@ -19,7 +19,7 @@
 //
 // The family's statistics (entropy, top-1 probability, how often greedy text
 // repeats, the acceptance of each draft kind) are measured by measure_pair()
-// in pair_statistics.hpp and checked by the [slow] tests in
+// in decoding/pair_statistics.hpp and checked by the [slow] tests in
 // tests/models/synthetic_model_test.cpp; the costs and speedups on a given
 // machine come from specdec-bench (docs/results.md).
 #include <algorithm>

@@ -21,7 +21,7 @@ namespace specdec::cuda {
     // Deep random stacks drift far from what their first layer computes; a
     // small residual scale keeps a one-layer early exit meaningful (larger
     // scales lower the early exit's acceptance quickly: measure_pair() in
-    // pair_statistics.hpp shows it on a scaled-down analog on the CPU).
+    // decoding/pair_statistics.hpp shows it on a scaled-down analog on the CPU).
     static const SyntheticShape shapes[] = {
         // ~1.2B parameters (TinyLlama-like widths, 16 layers).
         {.size = "1b",

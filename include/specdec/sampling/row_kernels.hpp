@@ -24,20 +24,10 @@
 #include <limits>
 #include <span>
 
-#include "specdec/core/cpu_features.hpp"
+#include "specdec/platform/x86.hpp"
 #include "specdec/sampling/fast_exp.hpp"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define SPECDEC_SAMPLING_X86 1
-#define SPECDEC_SAMPLING_AVX2 __attribute__((target("avx2,fma")))
-#else
-#define SPECDEC_SAMPLING_X86 0
-#endif
-
 namespace specdec::detail {
-
-inline bool sampling_avx2() noexcept { return cpu_features().avx2_fma; }
 
 // Result of the checked maximum: NaN or +inf anywhere makes `bad` true.
 struct RowMax {
@@ -53,29 +43,9 @@ inline float scaled_difference(float difference, float inverse_temperature) {
 // Elements per block of block_sums(); sampling scans blocks first, then one block.
 inline constexpr std::size_t kSampleBlock = 64;
 
-#if SPECDEC_SAMPLING_X86
-SPECDEC_SAMPLING_AVX2 inline float horizontal_max8(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    return _mm_cvtss_f32(m);
-}
-
-SPECDEC_SAMPLING_AVX2 inline float horizontal_sum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-SPECDEC_SAMPLING_AVX2 inline double horizontal_sum4d(__m256d v) {
-    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
-    s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
-    return _mm_cvtsd_f64(s);
-}
-
+#if SPECDEC_X86
 // exp_nonpositive on 8 lanes: the same range reduction and polynomial.
-SPECDEC_SAMPLING_AVX2 inline __m256 exp_nonpositive8(__m256 x) {
+SPECDEC_AVX2_TARGET inline __m256 exp_nonpositive8(__m256 x) {
     const __m256 ok = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ);
     const __m256 clamped = _mm256_blendv_ps(_mm256_set1_ps(-87.0f), x, ok);
     const __m256 n = _mm256_floor_ps(
@@ -95,7 +65,7 @@ SPECDEC_SAMPLING_AVX2 inline __m256 exp_nonpositive8(__m256 x) {
     return _mm256_and_ps(_mm256_mul_ps(e_r, _mm256_castsi256_ps(exponent)), ok);
 }
 
-SPECDEC_SAMPLING_AVX2 inline RowMax row_max_avx2(const float* x, std::size_t n) {
+SPECDEC_AVX2_TARGET inline RowMax row_max_avx2(const float* x, std::size_t n) {
     const __m256 inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
     __m256 best = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
     __m256 bad = _mm256_setzero_ps();
@@ -105,7 +75,7 @@ SPECDEC_SAMPLING_AVX2 inline RowMax row_max_avx2(const float* x, std::size_t n) 
         bad = _mm256_or_ps(bad, _mm256_or_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), _mm256_cmp_ps(v, inf, _CMP_EQ_OQ)));
         best = _mm256_max_ps(best, v);
     }
-    RowMax result{horizontal_max8(best), _mm256_movemask_ps(bad) != 0};
+    RowMax result{platform::horizontal_max(best), _mm256_movemask_ps(bad) != 0};
     for (; i < n; ++i) {
         const float v = x[i];
         result.bad |= (v != v) | (v == std::numeric_limits<float>::infinity());
@@ -115,15 +85,15 @@ SPECDEC_SAMPLING_AVX2 inline RowMax row_max_avx2(const float* x, std::size_t n) 
 }
 
 // (x - max) * inverse_temperature, and exactly 0 where x is the maximum.
-SPECDEC_SAMPLING_AVX2 inline __m256 scaled8(__m256 difference, __m256 inverse_temperature) {
+SPECDEC_AVX2_TARGET inline __m256 scaled8(__m256 difference, __m256 inverse_temperature) {
     const __m256 at_max = _mm256_cmp_ps(difference, _mm256_setzero_ps(), _CMP_EQ_OQ);
     return _mm256_andnot_ps(at_max, _mm256_mul_ps(difference, inverse_temperature));
 }
 
-SPECDEC_SAMPLING_AVX2 inline float exp_one_avx2(float x) { return _mm256_cvtss_f32(exp_nonpositive8(_mm256_set1_ps(x))); }
+SPECDEC_AVX2_TARGET inline float exp_one_avx2(float x) { return _mm256_cvtss_f32(exp_nonpositive8(_mm256_set1_ps(x))); }
 
 template <bool Write>
-SPECDEC_SAMPLING_AVX2 inline float exp_sum_avx2(const float* x, std::size_t n, float max, float inverse_temperature,
+SPECDEC_AVX2_TARGET inline float exp_sum_avx2(const float* x, std::size_t n, float max, float inverse_temperature,
                                                float* out) {
     const __m256 m = _mm256_set1_ps(max), t = _mm256_set1_ps(inverse_temperature);
     __m256 sum0 = _mm256_setzero_ps(), sum1 = _mm256_setzero_ps();
@@ -138,7 +108,7 @@ SPECDEC_SAMPLING_AVX2 inline float exp_sum_avx2(const float* x, std::size_t n, f
         sum0 = _mm256_add_ps(sum0, e0);
         sum1 = _mm256_add_ps(sum1, e1);
     }
-    float total = horizontal_sum8(_mm256_add_ps(sum0, sum1));
+    float total = platform::horizontal_sum_folded(_mm256_add_ps(sum0, sum1));
     for (; i < n; ++i) {
         const float e = exp_one_avx2(scaled_difference(x[i] - max, inverse_temperature));
         if constexpr (Write) out[i] = e;
@@ -147,7 +117,7 @@ SPECDEC_SAMPLING_AVX2 inline float exp_sum_avx2(const float* x, std::size_t n, f
     return total;
 }
 
-SPECDEC_SAMPLING_AVX2 inline void scale_avx2(float* x, std::size_t n, float scale) {
+SPECDEC_AVX2_TARGET inline void scale_avx2(float* x, std::size_t n, float scale) {
     const __m256 s = _mm256_set1_ps(scale);
     std::size_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), s));
@@ -155,7 +125,7 @@ SPECDEC_SAMPLING_AVX2 inline void scale_avx2(float* x, std::size_t n, float scal
 }
 
 // Index of the first element equal to value (n if none).
-SPECDEC_SAMPLING_AVX2 inline std::size_t first_equal_avx2(const float* x, std::size_t n, float value) {
+SPECDEC_AVX2_TARGET inline std::size_t first_equal_avx2(const float* x, std::size_t n, float value) {
     const __m256 v = _mm256_set1_ps(value);
     std::size_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -168,7 +138,7 @@ SPECDEC_SAMPLING_AVX2 inline std::size_t first_equal_avx2(const float* x, std::s
 }
 
 // Whether every element is finite and non-negative (NaN fails both compares).
-SPECDEC_SAMPLING_AVX2 inline bool all_probabilities_avx2(const float* x, std::size_t n) {
+SPECDEC_AVX2_TARGET inline bool all_probabilities_avx2(const float* x, std::size_t n) {
     const __m256 zero = _mm256_setzero_ps(), largest = _mm256_set1_ps(std::numeric_limits<float>::max());
     __m256 ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
     std::size_t i = 0;
@@ -183,7 +153,7 @@ SPECDEC_SAMPLING_AVX2 inline bool all_probabilities_avx2(const float* x, std::si
 
 // Sums of each kSampleBlock-element block of the residual max(w p - q, 0), in double;
 // q == nullptr reads as 0. `sums` may be null (only the total is wanted).
-SPECDEC_SAMPLING_AVX2 inline double residual_sums_avx2(const float* p, const float* q, std::size_t n, double w,
+SPECDEC_AVX2_TARGET inline double residual_sums_avx2(const float* p, const float* q, std::size_t n, double w,
                                                        double* sums) {
     const __m256d weight = _mm256_set1_pd(w), zero = _mm256_setzero_pd();
     double total = 0.0;
@@ -202,7 +172,7 @@ SPECDEC_SAMPLING_AVX2 inline double residual_sums_avx2(const float* p, const flo
             acc0 = _mm256_add_pd(acc0, _mm256_max_pd(r0, zero));
             acc1 = _mm256_add_pd(acc1, _mm256_max_pd(r1, zero));
         }
-        double sum = horizontal_sum4d(_mm256_add_pd(acc0, acc1));
+        double sum = platform::horizontal_sum(_mm256_add_pd(acc0, acc1));
         for (; i < end; ++i) {
             const double r = w * static_cast<double>(p[i]) - (q ? static_cast<double>(q[i]) : 0.0);
             sum += r > 0.0 ? r : 0.0;
@@ -265,16 +235,16 @@ inline double residual_sums_scalar(const float* p, const float* q, std::size_t n
 
 // Maximum of a row and whether it holds NaN or +inf.
 inline RowMax row_max(std::span<const float> x) {
-#if SPECDEC_SAMPLING_X86
-    if (sampling_avx2()) return row_max_avx2(x.data(), x.size());
+#if SPECDEC_X86
+    if (platform::avx2_available()) return row_max_avx2(x.data(), x.size());
 #endif
     return row_max_scalar(x.data(), x.size());
 }
 
 // sum_i exp((x_i - max) * inverse_temperature); with `out`, also writes each term.
 inline float exp_sum(std::span<const float> x, float max, float inverse_temperature, float* out = nullptr) {
-#if SPECDEC_SAMPLING_X86
-    if (sampling_avx2())
+#if SPECDEC_X86
+    if (platform::avx2_available())
         return out ? exp_sum_avx2<true>(x.data(), x.size(), max, inverse_temperature, out)
                    : exp_sum_avx2<false>(x.data(), x.size(), max, inverse_temperature, nullptr);
 #endif
@@ -284,15 +254,15 @@ inline float exp_sum(std::span<const float> x, float max, float inverse_temperat
 
 // One term of exp_sum, bitwise the value exp_sum writes for that element.
 inline float exp_term(float x, float max, float inverse_temperature) {
-#if SPECDEC_SAMPLING_X86
-    if (sampling_avx2()) return exp_one_avx2(scaled_difference(x - max, inverse_temperature));
+#if SPECDEC_X86
+    if (platform::avx2_available()) return exp_one_avx2(scaled_difference(x - max, inverse_temperature));
 #endif
     return exp_nonpositive(scaled_difference(x - max, inverse_temperature));
 }
 
 inline void scale_row(std::span<float> x, float scale) {
-#if SPECDEC_SAMPLING_X86
-    if (sampling_avx2()) return scale_avx2(x.data(), x.size(), scale);
+#if SPECDEC_X86
+    if (platform::avx2_available()) return scale_avx2(x.data(), x.size(), scale);
 #endif
     for (float& v : x) v *= scale;
 }
@@ -300,16 +270,16 @@ inline void scale_row(std::span<float> x, float scale) {
 
 // Index of the first element equal to `value`; x.size() if there is none.
 inline std::size_t first_equal(std::span<const float> x, float value) {
-#if SPECDEC_SAMPLING_X86
-    if (sampling_avx2()) return first_equal_avx2(x.data(), x.size(), value);
+#if SPECDEC_X86
+    if (platform::avx2_available()) return first_equal_avx2(x.data(), x.size(), value);
 #endif
     return first_equal_scalar(x.data(), x.size(), value);
 }
 
 // Whether every element is a probability: finite and non-negative.
 inline bool all_probabilities(std::span<const float> x) {
-#if SPECDEC_SAMPLING_X86
-    if (sampling_avx2()) return all_probabilities_avx2(x.data(), x.size());
+#if SPECDEC_X86
+    if (platform::avx2_available()) return all_probabilities_avx2(x.data(), x.size());
 #endif
     return all_probabilities_scalar(x.data(), x.size());
 }
@@ -318,8 +288,8 @@ inline bool all_probabilities(std::span<const float> x) {
 // summed in double: per kSampleBlock-element block into `sums` when given,
 // and in all (returned).
 inline double residual_sums(std::span<const float> p, const float* q, double w, double* sums = nullptr) {
-#if SPECDEC_SAMPLING_X86
-    if (sampling_avx2()) return residual_sums_avx2(p.data(), q, p.size(), w, sums);
+#if SPECDEC_X86
+    if (platform::avx2_available()) return residual_sums_avx2(p.data(), q, p.size(), w, sums);
 #endif
     return residual_sums_scalar(p.data(), q, p.size(), w, sums);
 }

@@ -10,14 +10,14 @@
 #include <vector>
 
 #include "specdec/backends/cpu/gemm.hpp"
-#include "specdec/backends/cpu/simd.hpp"
+#include "specdec/platform/x86.hpp"
 #include "specdec/backends/cpu/vector_ops.hpp"
 
 namespace specdec::cpu {
 
 namespace detail {
 
-#if SPECDEC_HAS_X86_KERNELS
+#if SPECDEC_X86
 // p[j] = exp((p[j] - max_score) * scale) for the whole 8-value slices; adds
 // them to total and returns how many values it did.
 SPECDEC_AVX2_TARGET inline std::size_t softmax_exp_avx2(float* p, std::size_t count, float max_score, float scale, float& total) {
@@ -29,7 +29,7 @@ SPECDEC_AVX2_TARGET inline std::size_t softmax_exp_avx2(float* p, std::size_t co
         _mm256_storeu_ps(p + j, e);
         sums = _mm256_add_ps(sums, e);
     }
-    total += horizontal_sum(sums);
+    total += platform::horizontal_sum(sums);
     return j;
 }
 #endif
@@ -41,8 +41,8 @@ inline float softmax_weights(float* p, std::size_t count, float scale) {
     for (std::size_t j = 0; j < count; ++j) max_score = std::max(max_score, p[j]);
     float total = 0.0f;
     std::size_t j = 0;
-#if SPECDEC_HAS_X86_KERNELS
-    if (avx2_available()) j = softmax_exp_avx2(p, count, max_score, scale, total);
+#if SPECDEC_X86
+    if (platform::avx2_available()) j = softmax_exp_avx2(p, count, max_score, scale, total);
 #endif
     for (; j < count; ++j) {
         p[j] = std::exp((p[j] - max_score) * scale);

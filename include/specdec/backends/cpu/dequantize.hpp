@@ -8,13 +8,13 @@
 #include <cstdint>
 #include <cstring>
 
-#include "specdec/backends/cpu/simd.hpp"
+#include "specdec/platform/x86.hpp"
 #include "specdec/tensors/quant_blocks.hpp"
 #include "specdec/tensors/weight_matrix.hpp"
 
 namespace specdec::cpu::detail {
 
-#if SPECDEC_HAS_X86_KERNELS
+#if SPECDEC_X86
 
 SPECDEC_AVX2_TARGET inline __m256 widen_i8(__m128i q8, __m256 d) {
     return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)));
@@ -86,12 +86,12 @@ SPECDEC_AVX2_TARGET void dequantize_row_avx2(const WeightMatrix& w, std::size_t 
     }
 }
 
-#endif  // SPECDEC_HAS_X86_KERNELS
+#endif  // SPECDEC_X86
 
 // Rows [row_begin, row_begin + count) of w as floats, row i at out + i * out_stride.
 inline void dequantize_rows(const WeightMatrix& w, std::size_t row_begin, std::size_t count, float* out, std::size_t out_stride) {
-#if SPECDEC_HAS_X86_KERNELS
-    if (avx2_available()) {
+#if SPECDEC_X86
+    if (platform::avx2_available()) {
         void (*decode)(const WeightMatrix&, std::size_t, float*) = nullptr;
         switch (w.type) {
             case WeightType::f32: decode = dequantize_row_avx2<WeightType::f32>; break;

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "specdec/backends/cpu/dequantize.hpp"
-#include "specdec/backends/cpu/simd.hpp"
+#include "specdec/platform/x86.hpp"
 #include "specdec/tensors/weight_matrix.hpp"
 
 namespace specdec::cpu::detail {
@@ -40,7 +40,7 @@ struct PackedColumns {
     }
 };
 
-#if SPECDEC_HAS_X86_KERNELS
+#if SPECDEC_X86
 // Transposes the 8 x 8 block held by rows[0..8) in place.
 SPECDEC_AVX2_TARGET inline void transpose_8x8(__m256 rows[8]) {
     __m256 t[8], s[8];
@@ -89,8 +89,8 @@ inline void pack_strip(const float* x, std::size_t x_stride, PackedColumns& pack
     const std::size_t c0 = s * kStripColumns, count = std::min(kStripColumns, packed.columns - c0);
     float* out = packed.values.data() + s * packed.depth * kStripColumns;
     std::size_t k = 0;
-#if SPECDEC_HAS_X86_KERNELS
-    if (count == kStripColumns && avx2_available()) k = pack_strip_avx2(x, x_stride, c0, packed.depth, out);
+#if SPECDEC_X86
+    if (count == kStripColumns && platform::avx2_available()) k = pack_strip_avx2(x, x_stride, c0, packed.depth, out);
 #endif
     for (; k < packed.depth; ++k) {
         for (std::size_t j = 0; j < kStripColumns; ++j) out[k * kStripColumns + j] = j < count ? x[(c0 + j) * x_stride + k] : 0.0f;
@@ -135,7 +135,7 @@ void pack_rows_scalar(std::size_t rows, std::size_t k0, std::size_t depth, Packe
     }
 }
 
-#if SPECDEC_HAS_X86_KERNELS
+#if SPECDEC_X86
 // Row sources for pack_rows_avx2: row(r) locates row r, load8(row, k) reads
 // values k..k+7 of it as floats, value(row, k) one value. Structs rather than
 // lambdas: nvcc's front end drops the target attribute from a lambda, and
@@ -198,8 +198,8 @@ SPECDEC_AVX2_TARGET void pack_rows_avx2(std::size_t rows, std::size_t k0, std::s
 // Packs values [k0, k0 + depth) of rows [0, rows) of a float matrix, row r at w + r * w_stride.
 inline void pack_rows(const float* w, std::size_t w_stride, std::size_t rows, std::size_t k0, std::size_t depth,
                       PackedRows& packed) {
-#if SPECDEC_HAS_X86_KERNELS
-    if (avx2_available()) return pack_rows_avx2(rows, k0, depth, packed, FloatRows{w, w_stride});
+#if SPECDEC_X86
+    if (platform::avx2_available()) return pack_rows_avx2(rows, k0, depth, packed, FloatRows{w, w_stride});
 #endif
     pack_rows_scalar(rows, k0, depth, packed, [&](std::size_t r, std::size_t k) { return w[r * w_stride + k]; });
 }
@@ -229,8 +229,8 @@ inline void pack_rows_transposed(const float* wt, std::size_t wt_stride, std::si
 // Packs values [k0, k0 + depth) of weight rows [row_begin, row_begin + rows), decoding them to F32.
 inline void pack_weight_rows(const WeightMatrix& w, std::size_t row_begin, std::size_t rows, std::size_t k0, std::size_t depth,
                              PackedRows& packed) {
-#if SPECDEC_HAS_X86_KERNELS
-    if (avx2_available()) {
+#if SPECDEC_X86
+    if (platform::avx2_available()) {
         switch (w.type) {
             case WeightType::f32: return pack_rows_avx2(rows, k0, depth, packed, DenseWeightRows<WeightType::f32>{&w, row_begin});
             case WeightType::f16: return pack_rows_avx2(rows, k0, depth, packed, DenseWeightRows<WeightType::f16>{&w, row_begin});
@@ -267,7 +267,7 @@ inline void gemm_tile_scalar(std::size_t depth, const float* panel, const float*
     store_tile(tile, rows, columns, y, y_stride, add);
 }
 
-#if SPECDEC_HAS_X86_KERNELS
+#if SPECDEC_X86
 // The 16 rows of a panel slice x the first N columns of a strip slice, over
 // `depth` values of k, added to (or written into) y.
 template <int N>
@@ -329,8 +329,8 @@ SPECDEC_AVX2_TARGET inline void gemm_tile_avx2_columns(std::size_t columns, std:
 // (one task of a product). Strips outside, panels inside: a strip slice stays
 // in L1 while the block's panels stream past it from L2.
 inline void gemm_packed(const PackedRows& a, const PackedColumns& x, std::size_t k0, float* y, std::size_t y_stride, bool add) {
-#if SPECDEC_HAS_X86_KERNELS
-    const bool avx2 = avx2_available();
+#if SPECDEC_X86
+    const bool avx2 = platform::avx2_available();
 #endif
     for (std::size_t s = 0; s < x.strips(); ++s) {
         const float* strip = x.strip(s) + k0 * kStripColumns;
@@ -338,7 +338,7 @@ inline void gemm_packed(const PackedRows& a, const PackedColumns& x, std::size_t
         for (std::size_t i = 0; i < a.panels(); ++i) {
             const std::size_t r0 = i * kPanelRows, rows = std::min(kPanelRows, a.rows - r0);
             float* yt = y + c0 * y_stride + r0;
-#if SPECDEC_HAS_X86_KERNELS
+#if SPECDEC_X86
             if (avx2) {
                 gemm_tile_avx2_columns(columns, a.depth, a.panel(i), strip, rows, yt, y_stride, add);
                 continue;

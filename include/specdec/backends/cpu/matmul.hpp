@@ -26,7 +26,7 @@
 #include "specdec/backends/cpu/dequantize.hpp"
 #include "specdec/backends/cpu/gemm.hpp"
 #include "specdec/backends/cpu/quant_matmul.hpp"
-#include "specdec/backends/cpu/simd.hpp"
+#include "specdec/platform/x86.hpp"
 #include "specdec/backends/cpu/thread_pool.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/tensors/weight_matrix.hpp"
@@ -75,7 +75,7 @@ inline void matmul_rows_scalar(const WeightMatrix& w, std::size_t row_begin, std
     }
 }
 
-#if SPECDEC_HAS_X86_KERNELS
+#if SPECDEC_X86
 
 // A tile of R consecutive rows (from row_begin) x NC columns of a dense
 // matrix. Each 8-value slice of the R rows is decoded once and multiplied by
@@ -128,7 +128,7 @@ SPECDEC_AVX2_TARGET __attribute__((always_inline)) inline void matmul_tile_body(
     }
     for (int r = 0; r < R; ++r) {
         for (int c = 0; c < NC; ++c) {
-            float result = horizontal_sum(acc[r][c]);
+            float result = platform::horizontal_sum(acc[r][c]);
             // An explicit fused multiply-add: with AVX-512 enabled GCC vectorises
             // `result += w * x` as vector products then in-order adds, which
             // rounds twice and would make the two tile builds differ.
@@ -242,17 +242,17 @@ void matmul_rows_evex_any(const WeightMatrix& w, std::size_t row_begin, std::siz
     }
     for (; r < row_end; ++r) matmul_row_tile_evex<T, 1>(w, r, x, x_stride, columns, y, y_stride, accumulate);
 }
-#endif  // SPECDEC_HAS_X86_KERNELS
+#endif  // SPECDEC_X86
 
 inline void matmul_rows(const WeightMatrix& w, std::size_t row_begin, std::size_t row_end, const float* x,
                         std::size_t x_stride, std::size_t columns, float* y, std::size_t y_stride, bool accumulate) {
-#if SPECDEC_HAS_X86_KERNELS
+#if SPECDEC_X86
     // Dense types only: block-quantised ones go through quant_matmul_rows.
-    if (evex_available() && dispatch_dense(w.type, [&]<WeightType T>() {
+    if (platform::evex_available() && dispatch_dense(w.type, [&]<WeightType T>() {
             matmul_rows_evex_any<T>(w, row_begin, row_end, x, x_stride, columns, y, y_stride, accumulate);
         }))
         return;
-    if (avx2_available() && dispatch_dense(w.type, [&]<WeightType T>() {
+    if (platform::avx2_available() && dispatch_dense(w.type, [&]<WeightType T>() {
             matmul_rows_avx2_any<T>(w, row_begin, row_end, x, x_stride, columns, y, y_stride, accumulate);
         }))
         return;

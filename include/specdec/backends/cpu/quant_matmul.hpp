@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "specdec/tensors/quant_blocks.hpp"
-#include "specdec/backends/cpu/simd.hpp"
+#include "specdec/platform/x86.hpp"
 #include "specdec/tensors/weight_matrix.hpp"
 
 namespace specdec::cpu {
@@ -231,7 +231,7 @@ void quant_matmul_rows_scalar(const WeightMatrix& w, std::size_t row_begin, std:
     }
 }
 
-#if SPECDEC_HAS_X86_KERNELS
+#if SPECDEC_X86
 
 // One 32-value weight block in registers: value = s * (u - k) + o (see the top).
 struct Avx2Block {
@@ -350,7 +350,7 @@ SPECDEC_AVX2_TARGET void quant_matmul_tile_avx2(const WeightMatrix& w, std::size
     }
     for (int r = 0; r < R; ++r) {
         for (int c = 0; c < NC; ++c) {
-            const float result = horizontal_sum(acc[r][c]);
+            const float result = platform::horizontal_sum(acc[r][c]);
             float& out = y[c * y_stride + row_begin + r];
             out = accumulate ? out + result : result;
         }
@@ -479,7 +479,7 @@ SPECDEC_AVX2_TARGET void quant_matmul_tile_k_avx2(const WeightMatrix& w, std::si
     }
     for (int r = 0; r < R; ++r) {
         for (int c = 0; c < NC; ++c) {
-            const float result = horizontal_sum(acc[r][c]);
+            const float result = platform::horizontal_sum(acc[r][c]);
             float& out = y[c * y_stride + row_begin + r];
             out = accumulate ? out + result : result;
         }
@@ -550,8 +550,8 @@ decltype(auto) dispatch_quantized(WeightType type, F&& f) {
 // Rows [row_begin, row_end) of a block-quantised matrix times the quantised columns.
 inline void quant_matmul_rows(const WeightMatrix& w, std::size_t row_begin, std::size_t row_end, const Q8Activations& qx,
                               std::size_t columns, float* y, std::size_t y_stride, bool accumulate) {
-#if SPECDEC_HAS_X86_KERNELS
-    if (avx2_available()) {
+#if SPECDEC_X86
+    if (platform::avx2_available()) {
         return dispatch_quantized(w.type, [&]<WeightType T>() {
             quant_matmul_rows_avx2<T>(w, row_begin, row_end, qx, columns, y, y_stride, accumulate);
         });

@@ -6,12 +6,12 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "specdec/backends/cpu/simd.hpp"
+#include "specdec/platform/x86.hpp"
 
 namespace specdec::cpu {
 
 namespace detail {
-#if SPECDEC_HAS_X86_KERNELS
+#if SPECDEC_X86
 SPECDEC_AVX2_TARGET inline float dot_avx2(const float* a, const float* b, std::size_t n) {
     __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
     std::size_t i = 0;
@@ -20,7 +20,7 @@ SPECDEC_AVX2_TARGET inline float dot_avx2(const float* a, const float* b, std::s
         s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
     }
     for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    float sum = horizontal_sum(_mm256_add_ps(s0, s1));
+    float sum = platform::horizontal_sum(_mm256_add_ps(s0, s1));
     for (; i < n; ++i) sum += a[i] * b[i];
     return sum;
 }
@@ -35,8 +35,8 @@ SPECDEC_AVX2_TARGET inline void axpy_avx2(float alpha, const float* x, float* y,
 }  // namespace detail
 
 [[nodiscard]] inline float dot(const float* a, const float* b, std::size_t n) {
-#if SPECDEC_HAS_X86_KERNELS
-    if (avx2_available()) return detail::dot_avx2(a, b, n);
+#if SPECDEC_X86
+    if (platform::avx2_available()) return detail::dot_avx2(a, b, n);
 #endif
     float sum = 0.0f;
     for (std::size_t i = 0; i < n; ++i) sum += a[i] * b[i];
@@ -45,8 +45,8 @@ SPECDEC_AVX2_TARGET inline void axpy_avx2(float alpha, const float* x, float* y,
 
 // y += alpha * x
 inline void axpy(float alpha, const float* x, float* y, std::size_t n) {
-#if SPECDEC_HAS_X86_KERNELS
-    if (avx2_available()) return detail::axpy_avx2(alpha, x, y, n);
+#if SPECDEC_X86
+    if (platform::avx2_available()) return detail::axpy_avx2(alpha, x, y, n);
 #endif
     for (std::size_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
@@ -125,7 +125,7 @@ inline void attend_scalar(const float* q, const float* keys, const float* values
     attend_runs_scalar(q, keys, values, stride, &all, 1, head_dim, scale, scores, out);
 }
 
-#if SPECDEC_HAS_X86_KERNELS
+#if SPECDEC_X86
 // e^x for x <= 0 (softmax arguments after subtracting the maximum): range
 // reduction x = n ln2 + r, |r| <= ln2/2, and a degree-6 Taylor polynomial;
 // relative error ~2e-7, far below what the logits tolerance needs.
@@ -163,7 +163,7 @@ SPECDEC_AVX2_TARGET inline void attend_runs_avx2(const float* q, const float* ke
                 a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_loadu_ps(k + i + 8), a1);
             }
             if (i < head_dim) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), a0);
-            scores[positions] = horizontal_sum(_mm256_add_ps(a0, a1)) * scale;
+            scores[positions] = platform::horizontal_sum(_mm256_add_ps(a0, a1)) * scale;
             max_score = std::max(max_score, scores[positions]);
             ++positions;
         }
@@ -176,7 +176,7 @@ SPECDEC_AVX2_TARGET inline void attend_runs_avx2(const float* q, const float* ke
         _mm256_storeu_ps(scores + j, e);
         total_vector = _mm256_add_ps(total_vector, e);
     }
-    float total = horizontal_sum(total_vector);
+    float total = platform::horizontal_sum(total_vector);
     for (; j < positions; ++j) {
         scores[j] = std::exp(scores[j] - max_score);
         total += scores[j];
@@ -221,8 +221,8 @@ SPECDEC_AVX2_TARGET inline void attend_runs_avx2(const float* q, const float* ke
 // floats as the runs hold rows, and the runs hold at least one row.
 inline void attend_runs(const float* q, const float* keys, const float* values, std::size_t stride, const RowRun* runs,
                         std::size_t run_count, std::size_t head_dim, float scale, float* scores, float* out) {
-#if SPECDEC_HAS_X86_KERNELS
-    if (avx2_available() && head_dim % 8 == 0) {
+#if SPECDEC_X86
+    if (platform::avx2_available() && head_dim % 8 == 0) {
         return detail::attend_runs_avx2(q, keys, values, stride, runs, run_count, head_dim, scale, scores, out);
     }
 #endif
@@ -239,7 +239,7 @@ inline void attend(const float* q, const float* keys, const float* values, std::
 }
 
 namespace detail {
-#if SPECDEC_HAS_X86_KERNELS
+#if SPECDEC_X86
 // gate = silu(gate) * up for the whole 8-value slices; returns how many
 // values it did. silu(g) = g sigmoid(g), with the exponential taken of -|g|
 // (never overflows): sigmoid(g) = 1 / (1 + e) for g >= 0, e / (1 + e) below.
@@ -263,8 +263,8 @@ SPECDEC_AVX2_TARGET inline std::size_t swiglu_avx2(float* gate, const float* up,
 // result does not depend on the rows passed with it when called per row.
 inline void swiglu(float* gate, const float* up, std::size_t n) {
     std::size_t i = 0;
-#if SPECDEC_HAS_X86_KERNELS
-    if (avx2_available()) i = detail::swiglu_avx2(gate, up, n);
+#if SPECDEC_X86
+    if (platform::avx2_available()) i = detail::swiglu_avx2(gate, up, n);
 #endif
     for (; i < n; ++i) {
         const float g = gate[i];

@@ -5,6 +5,11 @@
 // acceptance of exact token-wise rejection sampling alpha = mean of
 // sum_x min(p(x), q(x)) = 1 - TV(p, q), and how varied the target's greedy
 // continuation is (a collapsed random model repeats one token).
+//
+// It takes any two CausalLMs, so it lives beside the decoders rather than the
+// reference models, and each row goes through sampling/'s processing: p and q
+// are the very distributions a decoder at this temperature would compare,
+// and the text is drawn as its autoregressive sampling would draw it.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -14,10 +19,12 @@
 #include <unordered_set>
 #include <vector>
 
-#include "specdec/core/model_contract.hpp"
 #include "specdec/core/error.hpp"
+#include "specdec/core/model_contract.hpp"
 #include "specdec/core/rng.hpp"
+#include "specdec/core/sampling_options.hpp"
 #include "specdec/core/types.hpp"
+#include "specdec/sampling/logits_processing.hpp"
 
 namespace specdec {
 
@@ -37,30 +44,6 @@ struct PairStatistics {
     std::size_t positions = 0;
 };
 
-namespace detail {
-
-// Softmax of logits / temperature (or a one-hot argmax for temperature 0).
-inline void tempered_distribution(std::span<const float> logits, double temperature, std::vector<double>& out) {
-    out.assign(logits.size(), 0.0);
-    const auto best = static_cast<std::size_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    if (temperature <= 0.0) {
-        out[best] = 1.0;
-        return;
-    }
-    double total = 0.0;
-    for (std::size_t i = 0; i < logits.size(); ++i) {
-        out[i] = std::exp((static_cast<double>(logits[i]) - logits[best]) / temperature);
-        total += out[i];
-    }
-    for (double& v : out) v /= total;
-}
-
-inline Token argmax_token(std::span<const float> logits) {
-    return static_cast<Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
-}  // namespace detail
-
 // Both models are reset (truncate(0)) before and after. Needs
 // options.positions + 1 positions of context in both.
 template <CausalLM Target, CausalLM Draft>
@@ -70,38 +53,32 @@ PairStatistics measure_pair(Target& target, Draft& draft, const PairStatisticsOp
                     " differs from draft vocabulary " + std::to_string(draft.vocab_size()));
     }
     if (options.positions == 0) throw Error("measure_pair: positions must be positive");
+    const SamplingOptions sampling{.temperature = options.temperature};
+    validate(sampling);
     PairStatistics stats;
     stats.positions = options.positions;
-    std::vector<double> p, q;
+    std::vector<float> p(target.vocab_size()), q(draft.vocab_size());
     target.truncate(0);
     draft.truncate(0);
     Token token = options.first_token;
+    // The row after the token at position `step` predicts position step + 1.
     for (std::size_t step = 0; step < options.positions; ++step) {
-        const LogitsView target_logits = target.forward(std::span<const Token>(&token, 1));
-        const LogitsView draft_logits = draft.forward(std::span<const Token>(&token, 1));
-        const Token target_best = detail::argmax_token(target_logits.last_row());
-        stats.argmax_agreement += target_best == detail::argmax_token(draft_logits.last_row()) ? 1.0 : 0.0;
-        detail::tempered_distribution(target_logits.last_row(), options.temperature, p);
-        detail::tempered_distribution(draft_logits.last_row(), options.temperature, q);
+        const std::span<const float> target_row = target.forward(std::span<const Token>(&token, 1)).last_row();
+        const std::span<const float> draft_row = draft.forward(std::span<const Token>(&token, 1)).last_row();
+        stats.argmax_agreement += greedy_token(target_row, "target", step + 1) == greedy_token(draft_row, "draft", step + 1) ? 1.0 : 0.0;
+        logits_to_distribution(target_row, sampling, p, "target", step + 1);
+        logits_to_distribution(draft_row, sampling, q, "draft", step + 1);
         double entropy = 0.0, overlap = 0.0;
         for (std::size_t x = 0; x < p.size(); ++x) {
-            if (p[x] > 0.0) entropy -= p[x] * std::log(p[x]);
-            overlap += std::min(p[x], q[x]);
+            const double px = p[x];
+            if (px > 0.0) entropy -= px * std::log(px);
+            overlap += std::min(px, static_cast<double>(q[x]));
         }
         stats.target_entropy += entropy;
         stats.target_top1 += *std::max_element(p.begin(), p.end());
         stats.acceptance += overlap;
-        // Next token: inverse-CDF draw from p with the counter-based RNG.
-        const double u = counter_uniform(options.seed, step, RandomPurpose::target_sample);
-        double cumulative = 0.0;
-        token = target_best;
-        for (std::size_t x = 0; x < p.size(); ++x) {
-            cumulative += p[x];
-            if (u < cumulative) {
-                token = static_cast<Token>(x);
-                break;
-            }
-        }
+        // Next token: drawn from p with the counter-based RNG.
+        token = sample_from_distribution(p, counter_uniform(options.seed, step, RandomPurpose::target_sample));
     }
     const double n = static_cast<double>(options.positions);
     stats.target_entropy /= n;
@@ -113,7 +90,7 @@ PairStatistics measure_pair(Target& target, Draft& draft, const PairStatisticsOp
     std::unordered_set<Token> distinct;
     token = options.first_token;
     for (std::size_t step = 0; step < options.positions; ++step) {
-        token = detail::argmax_token(target.forward(std::span<const Token>(&token, 1)).last_row());
+        token = greedy_token(target.forward(std::span<const Token>(&token, 1)).last_row(), "target", step + 1);
         distinct.insert(token);
     }
     stats.greedy_distinct_fraction = static_cast<double>(distinct.size()) / n;
