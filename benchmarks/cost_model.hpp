@@ -22,23 +22,20 @@
 #include <string_view>
 #include <vector>
 
+#include "specdec/decoding/acceptance_estimate.hpp"
+
 namespace specdec::bench {
 
 inline constexpr std::string_view kPredictedSpeedupFormula =
     "predicted_speedup = E / (k*c + v_k), E = (1 - alpha^(k+1)) / (1 - alpha); alpha = per-token acceptance, "
     "c = draft forward / target forward (1 token), v_k = target forward of k+1 tokens / target forward of 1 token";
 
-// Expected tokens emitted per target pass. Summed as a geometric series rather
-// than by the closed form so that alpha -> 1 (closed form 0/0) gives k + 1.
+// Expected tokens emitted per target pass: the adaptive policies' chain
+// formula (decoding/acceptance_estimate.hpp) with one alpha at every position,
+// summed rather than closed so that alpha -> 1 (closed form 0/0) gives k + 1.
 [[nodiscard]] inline double expected_tokens_per_pass(double alpha, std::size_t draft_tokens) {
     if (!(alpha >= 0.0 && alpha <= 1.0)) throw std::invalid_argument("acceptance alpha must lie in [0, 1]");
-    double sum = 0.0;
-    double power = 1.0;
-    for (std::size_t i = 0; i <= draft_tokens; ++i) {
-        sum += power;
-        power *= alpha;
-    }
-    return sum;
+    return chain_expected_tokens(draft_tokens, [alpha](std::size_t) { return alpha; });
 }
 
 [[nodiscard]] inline double predicted_speedup(double alpha, std::size_t draft_tokens, double cost_ratio,

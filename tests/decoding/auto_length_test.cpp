@@ -121,6 +121,24 @@ std::size_t settled_length(const std::vector<std::size_t>& planned, std::size_t 
     return std::max_element(counts.begin(), counts.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
 }
 
+// A fresh AutoLength run for `steps` steps against the pair: the length it
+// settled on (the most frequent over the last `window` steps) against the
+// best fixed length, by their expected rates.
+struct Settling {
+    std::size_t best = 0, settled = 0;
+    double share = 0.0;  // the settled length's rate over the best one's
+};
+Settling settle(const SimulatedPair& pair, std::size_t cap, std::size_t steps, std::size_t window, std::uint64_t seed,
+                const std::function<double(std::size_t, std::size_t)>& slow = {}, bool model_free = false) {
+    specdec::AutoLength policy;
+    const std::vector<std::size_t> planned = simulate(policy, pair, cap, steps, seed, slow, nullptr, {}, model_free);
+    Settling result;
+    result.best = best_length(pair, cap);
+    result.settled = settled_length(planned, window);
+    result.share = expected_rate(pair, result.settled) / expected_rate(pair, result.best);
+    return result;
+}
+
 // A memory-bound target: nearly flat up to 5 tokens, then compute-bound.
 double cpu_like_verify(std::size_t n) {
     const double base = 10e-3;
@@ -138,14 +156,12 @@ TEST_CASE("AutoLength settles on the length that maximises expected tokens per s
     for (const Case c : {Case{0.6, 1.3e-3}, Case{0.8, 1.3e-3}, Case{0.9, 0.5e-3}, Case{0.95, 0.2e-3}}) {
         const SimulatedPair pair{.acceptance = c.acceptance, .draft_seconds = c.draft_seconds,
                                  .verify_seconds = cpu_like_verify, .row_seconds = 0.05e-3};
-        const std::size_t cap = 8, best = best_length(pair, cap);
-        specdec::AutoLength policy;
-        const std::vector<std::size_t> planned = simulate(policy, pair, cap, 600, 7);
-        INFO("acceptance " << c.acceptance << ", draft " << c.draft_seconds * 1e3 << " ms: best k = " << best);
-        const std::size_t settled = settled_length(planned, 200);
+        const Settling run = settle(pair, 8, 600, 200, 7);
+        INFO("acceptance " << c.acceptance << ", draft " << c.draft_seconds * 1e3 << " ms: best k = " << run.best
+                           << ", settled on " << run.settled);
         // Two lengths whose rates differ by under 2% are equally good choices
         // for a learner that sees sampled acceptance.
-        CHECK(expected_rate(pair, settled) >= 0.98 * expected_rate(pair, best));
+        CHECK(run.share >= 0.98);
     }
 }
 
@@ -166,14 +182,11 @@ TEST_CASE("AutoLength's choice survives verification timings disturbed by a slow
     // no longer in order; the fitted costs must keep the choice near the best.
     const SimulatedPair pair{.acceptance = 0.9, .draft_seconds = 0.5e-3, .verify_seconds = cpu_like_verify,
                              .row_seconds = 0.05e-3};
-    const std::size_t cap = 8, best = best_length(pair, cap);
-    REQUIRE(best >= 4);
-    specdec::AutoLength policy;
+    REQUIRE(best_length(pair, 8) >= 4);
     auto slow = [](std::size_t step, std::size_t n) { return (step + 3 * n) % 5 == 0 ? 3.0 : 1.0; };
-    const std::vector<std::size_t> planned = simulate(policy, pair, cap, 800, 11, slow);
-    const std::size_t settled = settled_length(planned, 300);
-    INFO("best k = " << best << ", settled on " << settled);
-    CHECK(expected_rate(pair, settled) >= 0.95 * expected_rate(pair, best));
+    const Settling run = settle(pair, 8, 800, 300, 11, slow);
+    INFO("best k = " << run.best << ", settled on " << run.settled);
+    CHECK(run.share >= 0.95);
 }
 
 TEST_CASE("AutoLength keeps its choice when the machine's speed changes in phases", "[length-policy][auto]") {
@@ -252,12 +265,9 @@ TEST_CASE("AutoLength learns the verification costs behind a drafter without for
     // seconds (there is no draft pass to count them in).
     const SimulatedPair pair{.acceptance = 0.7, .draft_seconds = 0.01e-3, .verify_seconds = cpu_like_verify,
                              .row_seconds = 0.05e-3};
-    const std::size_t cap = 8, best = best_length(pair, cap);
-    specdec::AutoLength policy;
-    const std::vector<std::size_t> planned = simulate(policy, pair, cap, 600, 4, {}, nullptr, {}, true);
-    const std::size_t settled = settled_length(planned, 200);
-    INFO("best k = " << best << ", settled on " << settled);
-    CHECK(expected_rate(pair, settled) >= 0.98 * expected_rate(pair, best));
+    const Settling run = settle(pair, 8, 600, 200, 4, {}, /*model_free=*/true);
+    INFO("best k = " << run.best << ", settled on " << run.settled);
+    CHECK(run.share >= 0.98);
 }
 
 TEST_CASE("AutoLength's stop drafts at most max_extension beyond the best fixed length", "[length-policy][auto]") {

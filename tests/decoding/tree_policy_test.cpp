@@ -234,3 +234,36 @@ TEST_CASE("by exact enumeration: recursive rejection without replacement is exac
     INFO("largest gain of one more sibling " << largest_gain);
     CHECK(largest_gain > 0.05);
 }
+
+TEST_CASE("AutoTree values a pass wider than any it has timed as compute-bound, not as free", "[tree][policy]") {
+    // Target passes over 2 to 6 tokens all timed at 10 ms (a plateau, or the
+    // widest widths pooled by the monotone fit), every first-ranked draft
+    // accepted, 0.5 ms a draft pass. Extending the flat line, every wider
+    // tree would cost 10 ms too, and the optimiser would fill the node cap.
+    // Valued at the steepest a pass can grow past the widest timed width,
+    // V(n) = V(6) n / 6, it drafts the tree that bound makes best.
+    specdec::AutoTree policy({.max_nodes = 24, .max_depth = 8});
+    for (std::size_t step = 0; step < 61; ++step) {
+        (void)policy.plan(8, 100 + step);
+        specdec::TreeStepOutcome outcome;
+        outcome.depth = outcome.nodes = outcome.accepted = outcome.draft_passes = 1 + step % 5;
+        outcome.verified_tokens = outcome.nodes + 1;
+        outcome.tested.assign(outcome.depth, std::vector<std::size_t>{1});
+        outcome.accepted_at.assign(outcome.depth, std::vector<std::size_t>{1});
+        outcome.draft_seconds = 0.5e-3 * static_cast<double>(outcome.draft_passes);
+        outcome.target_seconds = 10e-3;
+        outcome.total_seconds = outcome.draft_seconds + outcome.target_seconds;
+        policy.observe(outcome);
+    }
+    const specdec::TreeCosts bounded{[](std::size_t n) { return 10e-3 * std::max(1.0, static_cast<double>(n) / 6.0); },
+                                     0.5e-3, 0.0};
+    const auto acceptance = [&](std::size_t d, std::size_t r) { return policy.acceptance_at(d, r); };
+    const specdec::TreePlan expected = specdec::optimise_tree(acceptance, bounded, 24, 8);
+    const specdec::TreePlan plan = policy.current_plan();
+    INFO("plan " << plan.shape.describe() << " (" << plan.shape.size() << " nodes), under the bound "
+                 << expected.shape.describe() << " (" << expected.shape.size() << " nodes)");
+    REQUIRE(expected.shape.size() < 24);
+    CHECK(plan.shape.size() < 24);
+    CHECK(plan.shape.size() == expected.shape.size());
+    CHECK(plan.rate() == Approx(expected.rate()).epsilon(1e-6));
+}

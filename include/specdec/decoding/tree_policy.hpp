@@ -9,7 +9,6 @@
 // Exactness: a plan may depend on earlier steps' outcomes only, never on the
 // randomness of the step it plans, so every shape keeps the output exact.
 #include <algorithm>
-#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +18,8 @@
 #include <vector>
 
 #include "specdec/core/error.hpp"
+#include "specdec/decoding/acceptance_estimate.hpp"
+#include "specdec/decoding/pass_costs.hpp"
 #include "specdec/decoding/tree_shape.hpp"
 
 namespace specdec {
@@ -62,6 +63,7 @@ struct TreeCosts {
     std::function<double(std::size_t)> target_pass;  // a target pass over n tokens (n >= 1)
     double draft_pass = 0.0;                         // one draft pass (one per depth of the tree)
     double per_step = 0.0;                           // everything else of a step
+    double draft_overhead = 0.0;                     // once a step that drafts (its first pass runs cold)
 };
 
 struct TreePlan {
@@ -129,7 +131,7 @@ struct TreePlan {
             expected += gain;
             depth = std::max(depth, node.depth);
             const double cost = costs.target_pass(nodes.size() + 1) + static_cast<double>(depth) * costs.draft_pass +
-                                costs.per_step;
+                                costs.draft_overhead + costs.per_step;
             if (expected / cost > best.rate()) {
                 // Breadth first: by depth, then by the new index of the parent, then by rank.
                 std::vector<std::int64_t> new_index(nodes.size(), -1);
@@ -159,19 +161,20 @@ struct TreePlan {
 
 // Learns costs and acceptance online and drafts optimise_tree()'s shape:
 //   a(d, r)  acceptance of the sibling of rank r at depth d + 1 when tested
-//            (decayed counts; shrunk towards a(d - 1, r) for r = 0 and towards
-//            half of a(d, r - 1) for later ranks where samples are few, so an
+//            (AcceptanceEstimate: decayed counts, shrunk towards a(d - 1, r)
+//            for r = 0 and towards half of a(d, r - 1) for later ranks, so an
 //            unmeasured slot is not promised more than its neighbours);
-//   V(n)     seconds of a target pass over n tokens (unmeasured widths
-//            interpolated linearly between measured ones, extrapolated along
-//            the last measured slope); d seconds per draft pass; o the rest.
-// The first warmup_steps steps draft the warmup shape; then every step drafts
+//   d, e, V(n)  the draft pass, a step's drafting overhead and the target
+//            pass over n tokens (PassCosts: the same model as AutoLength's,
+//            so a tree wider than any timed is priced as compute-bound);
+//   o        the rest of a step.
+// The first warmup_steps steps draft the warmup shape and short chains in
+// turn; then every step drafts
 // the optimiser's tree, and one step in explore_every drafts a slightly larger
 // one (two more nodes, one more depth at most) chosen as if unmeasured slots
 // had their neighbours' full acceptance, so that wider and deeper trees keep
-// being measured. Shapes
-// depend on measured times, so two runs with one seed may draft differently
-// (each run is still exact).
+// being measured. Shapes depend on measured times, so two runs with one seed
+// may draft differently (each run is still exact).
 class AutoTree {
 public:
     struct Options {
@@ -185,7 +188,8 @@ public:
     };
 
     AutoTree() : AutoTree(Options{}) {}
-    explicit AutoTree(Options options) : options_(std::move(options)) {
+    explicit AutoTree(Options options)
+        : options_(std::move(options)), acceptance_(options_.decay, options_.prior_strength) {
         if (!(options_.decay > 0.0 && options_.decay <= 1.0)) {
             std::ostringstream message;
             message << "invalid AutoTree decay = " << options_.decay << ": expected a value in (0, 1]";
@@ -200,7 +204,12 @@ public:
     }
 
     TreeShape plan(std::size_t max_depth, std::uint64_t) {
-        if (steps_ < options_.warmup_steps) return options_.warmup.truncated(max_depth);
+        // Warm-up: the warmup shape alternating with short chains (1, 2, ...),
+        // so that the cost model starts from several pass widths: from the
+        // warmup's width alone every narrower tree would cost as much (the
+        // cost model's bound below the narrowest width) and never be timed.
+        if (steps_ < options_.warmup_steps)
+            return (steps_ % 2 == 0 ? options_.warmup : TreeShape::chain(1 + steps_ / 2)).truncated(max_depth);
         const std::size_t depth = std::min(max_depth, options_.max_depth);
         last_plan_ = optimise(depth, options_.max_nodes, false);
         const bool explore = options_.explore_every > 0 && steps_ % options_.explore_every == 0;
@@ -215,29 +224,22 @@ public:
 
     void observe(const TreeStepOutcome& outcome) {
         ++steps_;
-        for (auto& row : tested_)
-            for (double& t : row) t *= options_.decay;
-        for (auto& row : accepted_)
-            for (double& a : row) a *= options_.decay;
+        acceptance_.age();
         for (std::size_t d = 0; d < outcome.tested.size(); ++d) {
             for (std::size_t r = 0; r < outcome.tested[d].size(); ++r) {
-                cell(tested_, d, r) += static_cast<double>(outcome.tested[d][r]);
-                if (d < outcome.accepted_at.size() && r < outcome.accepted_at[d].size())
-                    cell(accepted_, d, r) += static_cast<double>(outcome.accepted_at[d][r]);
+                const bool has_accepted = d < outcome.accepted_at.size() && r < outcome.accepted_at[d].size();
+                acceptance_.count(d, r, static_cast<double>(outcome.tested[d][r]),
+                                  has_accepted ? static_cast<double>(outcome.accepted_at[d][r]) : 0.0);
             }
         }
-        if (outcome.draft_passes > 0) average(draft_pass_, outcome.draft_seconds / outcome.draft_passes);
-        if (outcome.verified_tokens > 0) {
-            if (verify_.size() < outcome.verified_tokens + 1) verify_.resize(outcome.verified_tokens + 1, -1.0);
-            average(verify_[outcome.verified_tokens], outcome.target_seconds);
-            const double rest = outcome.total_seconds - outcome.draft_seconds - outcome.target_seconds;
-            average(other_, std::max(0.0, rest));
-        }
+        if (costs_.observe(outcome.draft_passes, outcome.draft_seconds, outcome.verified_tokens, outcome.target_seconds,
+                           options_.decay))
+            other_.add(std::max(0.0, outcome.total_seconds - outcome.draft_seconds - outcome.target_seconds));
     }
 
     // What the policy currently believes (for reports).
     [[nodiscard]] double acceptance_at(std::size_t depth, std::size_t rank) const {
-        return estimate(depth, rank, false);
+        return acceptance_.at(depth, rank, kSiblingPrior);
     }
     [[nodiscard]] std::size_t steps_observed() const { return steps_; }
     // The optimiser's plan for an unbounded step, from what was measured so far.
@@ -245,91 +247,33 @@ public:
     // Its predicted tokens per second relative to autoregressive decoding.
     [[nodiscard]] double predicted_speedup() const {
         const TreePlan plan = current_plan();
-        return plan.rate() * (verify_seconds(1) + std::max(0.0, other_));
+        return plan.rate() * (costs_.verify_seconds(1) + other_.value());
     }
 
 private:
-    static void average(double& into, double sample) { into = into < 0.0 ? sample : 0.9 * into + 0.1 * sample; }
-    static double& cell(std::vector<std::vector<double>>& table, std::size_t d, std::size_t r) {
-        if (table.size() <= d) table.resize(d + 1);
-        if (table[d].size() <= r) table[d].resize(r + 1, 0.0);
-        return table[d][r];
-    }
-    static double read(const std::vector<std::vector<double>>& table, std::size_t d, std::size_t r) {
-        return d < table.size() && r < table[d].size() ? table[d][r] : 0.0;
-    }
-
-    [[nodiscard]] double estimate(std::size_t d, std::size_t r, bool optimistic) const {
-        double prior;
-        if (r > 0) {
-            prior = (optimistic ? 1.0 : 0.5) * estimate(d, r - 1, optimistic);
-        } else {
-            prior = d > 0 ? estimate(d - 1, 0, optimistic) : 0.5;
-        }
-        const double s = options_.prior_strength;
-        return (read(accepted_, d, r) + s * prior) / (read(tested_, d, r) + s);
-    }
+    static constexpr double kSiblingPrior = 0.5;  // a later sibling: half the one before it, until measured
 
     [[nodiscard]] TreePlan optimise(std::size_t max_depth, std::size_t max_nodes, bool optimistic) const {
         // Memoised estimates: the optimiser asks for the same slots many times.
         const std::size_t ranks = max_nodes;
+        const double sibling_prior = optimistic ? 1.0 : kSiblingPrior;
         std::vector<double> table((max_depth + 1) * (ranks + 1), -1.0);
         auto acceptance = [&](std::size_t d, std::size_t r) {
-            if (d > max_depth || r > ranks) return estimate(d, r, optimistic);
+            if (d > max_depth || r > ranks) return acceptance_.at(d, r, sibling_prior);
             double& slot = table[d * (ranks + 1) + r];
-            if (slot < 0.0) slot = estimate(d, r, optimistic);
+            if (slot < 0.0) slot = acceptance_.at(d, r, sibling_prior);
             return slot;
         };
-        TreeCosts costs{[this](std::size_t n) { return verify_seconds(n); }, std::max(0.0, draft_pass_),
-                        std::max(0.0, other_)};
+        TreeCosts costs{[this](std::size_t n) { return costs_.verify_seconds(n); }, costs_.draft_pass(),
+                        other_.value(), costs_.draft_overhead() * costs_.draft_pass()};
         return optimise_tree(acceptance, costs, max_nodes, max_depth);
-    }
-
-    // V(n): measured, else linear between the nearest measured widths, else
-    // along the slope of the two measured widths nearest to n (flat from one).
-    [[nodiscard]] double verify_seconds(std::size_t n) const {
-        if (n < verify_.size() && verify_[n] >= 0.0) return verify_[n];
-        std::size_t below = 0, above = 0;
-        for (std::size_t w = std::min(n, verify_.size()); w-- > 1;)
-            if (verify_[w] >= 0.0) {
-                below = w;
-                break;
-            }
-        for (std::size_t w = n + 1; w < verify_.size(); ++w)
-            if (verify_[w] >= 0.0) {
-                above = w;
-                break;
-            }
-        if (below && above)
-            return verify_[below] + (verify_[above] - verify_[below]) * double(n - below) / double(above - below);
-        const std::size_t known = below ? below : above;
-        if (!known) return 1.0;
-        std::size_t second = 0;
-        if (below) {
-            for (std::size_t w = below; w-- > 1;)
-                if (verify_[w] >= 0.0) {
-                    second = w;
-                    break;
-                }
-        } else {
-            for (std::size_t w = above + 1; w < verify_.size(); ++w)
-                if (verify_[w] >= 0.0) {
-                    second = w;
-                    break;
-                }
-        }
-        if (!second) return verify_[known];
-        const double slope = (verify_[known] - verify_[second]) / (double(known) - double(second));
-        const double extrapolated = verify_[known] + slope * (double(n) - double(known));
-        // A wider pass never costs less, a narrower one never more.
-        return n > known ? std::max(verify_[known], extrapolated) : std::clamp(extrapolated, 1e-12, verify_[known]);
     }
 
     Options options_;
     std::size_t steps_ = 0;
-    std::vector<std::vector<double>> tested_, accepted_;
-    double draft_pass_ = -1.0, other_ = -1.0;
-    std::vector<double> verify_;
+    AcceptanceEstimate acceptance_;
+    PassCosts costs_;
+    RecentTimings other_;
     TreePlan last_plan_;
 };
 
