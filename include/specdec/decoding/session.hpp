@@ -25,7 +25,6 @@
 #include <concepts>
 #include <cstddef>
 #include <limits>
-#include <ranges>
 #include <span>
 #include <sstream>
 #include <string>
