@@ -12,6 +12,7 @@
 #include "bench_options.hpp"
 #include "cost_model.hpp"
 #include "specdec/decoding/decoding_options.hpp"
+#include "specdec/decoding/generation_result.hpp"
 
 namespace specdec::bench {
 

@@ -75,7 +75,7 @@ template <class Draft, CausalLM Target>
                                                       .seed = seed + repetition,
                                                       .max_new_tokens = new_tokens};
                         AutoregressiveDecoder<Target> autoregressive(target, options);
-                        TreeSpeculativeDecoder<Target, Draft, SharedTreePolicy<Policy>> speculative(
+                        TreeSpeculativeDecoder<Target, Draft, RecursiveRejection, SharedTreePolicy<Policy>> speculative(
                             specdec::target(target), specdec::draft(draft), options, SharedTreePolicy<Policy>{&policy});
                         const std::span<const Token> round_prompt = repetition_prompt(repetition_prompts, prompt, repetition);
                         autoregressive.reset();

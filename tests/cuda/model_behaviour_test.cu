@@ -93,7 +93,7 @@ TEST_CASE("forward_and_verify returns the host verification's verdict on the sam
         {.temperature = 1.0, .top_p = 0.9}, {.temperature = 1.3, .min_p = 0.05},
         {.temperature = 0.8, .top_k = 50, .top_p = 0.8, .min_p = 0.02}};
     std::size_t cases = 0, disagreements = 0;
-    std::vector<float> scratch;
+    specdec::detail::LazyDistributions rows;  // reused across cases, as the decoder reuses it
     for (std::size_t o = 0; o < options.size(); ++o) {
         for (std::uint64_t seed = 0; seed < 40; ++seed) {
             const std::size_t k = 1 + seed % 5;
@@ -119,7 +119,7 @@ TEST_CASE("forward_and_verify returns the host verification's verdict on the sam
             const std::size_t cached = model.cached_tokens();
             const LogitsView logits = model.forward(feed);
             const specdec::AcceptanceResult host =
-                specdec::detail::verify_on_host(logits, draft, options[o], rng, first_position, scratch,
+                specdec::detail::verify_on_host(logits, draft, options[o], rng, first_position, rows,
                                                 specdec::TokenwiseRejection{});
             model.truncate(cached);
             const specdec::AcceptanceResult device = model.forward_and_verify(feed, draft, options[o], rng, first_position);

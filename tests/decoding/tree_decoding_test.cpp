@@ -50,7 +50,7 @@ template <class Rule = specdec::RecursiveRejection, class Target, class Draft>
 auto tree_runner(Target& target, Draft& draft, TreeShape shape, SamplingOptions sampling, std::size_t length,
                  const std::vector<Token>& prompt) {
     return [&target, &draft, shape, sampling, length, &prompt](std::uint64_t seed) {
-        specdec::TreeSpeculativeDecoder<Target, Draft, specdec::FixedTree, Rule> decoder(
+        specdec::TreeSpeculativeDecoder<Target, Draft, Rule, specdec::FixedTree> decoder(
             specdec::target(target), specdec::draft(draft),
             DecodingOptions{.sampling = sampling, .seed = seed, .max_new_tokens = length}, shape);
         return sampled_run(decoder.generate(prompt));

@@ -112,7 +112,7 @@ TEST_CASE("AutoTree learns a tree on cheap wide passes and a short chain on dear
         specdec::AutoTree policy({.max_nodes = 16, .max_depth = 6});
         ToyLM target({.vocab = 12, .seed = 21, .sharpness = 1.0});
         ToyLM draft({.vocab = 12, .seed = 21, .sharpness = 1.0, .noise_seed = 4, .noise = 0.9});
-        specdec::TreeSpeculativeDecoder<ToyLM, ToyLM, FixedCostAutoTree> decoder(
+        specdec::TreeSpeculativeDecoder<ToyLM, ToyLM, specdec::RecursiveRejection, FixedCostAutoTree> decoder(
             specdec::target(target), specdec::draft(draft), {.sampling = {.temperature = 1.0}, .max_new_tokens = 400},
             FixedCostAutoTree{&policy, c.target_pass});
         (void)decoder.generate(std::vector<Token>{1, 2});
@@ -141,7 +141,7 @@ TEST_CASE("AutoTree stays exact: its shapes depend only on earlier steps", "[tre
                                               .target = specdec::test::reference_conditional(target, sampling)};
     const auto cheap = [](std::size_t n) { return 1.0 + 0.01 * static_cast<double>(n); };
     const auto report = specdec::test::run_exactness(setup, [&](std::uint64_t seed) {
-        specdec::TreeSpeculativeDecoder<ToyLM, ToyLM, FixedCostAutoTree> decoder(
+        specdec::TreeSpeculativeDecoder<ToyLM, ToyLM, specdec::RecursiveRejection, FixedCostAutoTree> decoder(
             specdec::target(target), specdec::draft(draft), {.sampling = sampling, .seed = seed, .max_new_tokens = 3},
             FixedCostAutoTree{&policy, cheap});
         return specdec::test::sampled_run(decoder.generate(setup.prompt));

@@ -50,6 +50,7 @@
 #include "specdec/core/sampling_options.hpp"
 #include "specdec/core/types.hpp"
 #include "specdec/decoding/decoding_options.hpp"
+#include "specdec/decoding/generation_result.hpp"
 #include "specdec/decoding/speculative_decoder.hpp"
 #include "support/catch.hpp"
 #include "support/statistics.hpp"

@@ -5,8 +5,10 @@
 // the draft's.
 #include <cstddef>
 #include <span>
+#include <sstream>
 #include <vector>
 
+#include "specdec/core/error.hpp"
 #include "specdec/core/types.hpp"
 
 namespace specdec {
@@ -39,4 +41,21 @@ struct AcceptanceResult {
     Token next_token = 0;      // the corrected token (at the first rejection) or the bonus token
 };
 
+namespace detail {
+
+// Every draft id inside the target's vocabulary [0, vocab). The decoder checks
+// a drafter's proposal with it before the target is fed; the acceptance rules
+// check their inputs with it (through check_rows). Here, beside the proposal,
+// because both floors need it and neither owns the other.
+inline void check_draft_tokens(const DraftProposal& draft, std::size_t vocab) {
+    for (const Token token : draft.tokens) {
+        if (token < 0 || static_cast<std::size_t>(token) >= vocab) {
+            std::ostringstream message;
+            message << "draft token " << token << " is outside the target vocabulary [0, " << vocab << ")";
+            throw Error(message.str());
+        }
+    }
+}
+
+}  // namespace detail
 }  // namespace specdec

@@ -8,28 +8,20 @@
 #include <vector>
 
 #include "specdec/core/model_contract.hpp"
-#include "specdec/decoding/decoding_options.hpp"
 #include "specdec/decoding/kv_sync.hpp"
 #include "specdec/decoding/session.hpp"
 #include "specdec/decoding/verification.hpp"
 
 namespace specdec {
 
+// Construction, prefill(), generate() and reset() are DecoderSession's.
 template <CausalLM Target>
-class AutoregressiveDecoder : public detail::DecoderSession<AutoregressiveDecoder<Target>> {
-    using Session = detail::DecoderSession<AutoregressiveDecoder<Target>>;
+class AutoregressiveDecoder : public detail::DecoderSession<AutoregressiveDecoder<Target>, Target> {
+    using Session = detail::DecoderSession<AutoregressiveDecoder, Target>;
+    using Session::feed_, Session::options_, Session::sequence_, Session::target_;
 
 public:
-    // Throws specdec::Error for invalid options. The model must outlive the decoder.
-    explicit AutoregressiveDecoder(Target& target, DecodingOptions options = {})
-        : Session(std::move(options)), target_(target) {
-        validate(this->options_, /*speculative=*/false);
-    }
-
-    // As SpeculativeDecoder::prefill: the target keeps the longest common
-    // prefix of its cache and the prompt and computes the rest but the last
-    // token. After the call: the target's cache holds prompt[0 .. n - 1).
-    GenerationStats prefill(std::span<const Token> prompt) { return this->prefill_target(target_, prompt); }
+    explicit AutoregressiveDecoder(Target& target, DecodingOptions options = {}) : Session(target, std::move(options)) {}
 
     // One target pass over the pending token; samples and commits one token.
     // Returns stop = context_full (and no token) when the cache has no room,
@@ -37,42 +29,20 @@ public:
     // After the call: the target's cache holds sequence()[0 .. size - 1).
     template <class OnToken = detail::IgnoreTokens>
     StepResult step(std::size_t max_tokens = Session::kUnlimited, OnToken&& on_token = {}) {
-        this->check_step(max_tokens);
-        const auto start = detail::Clock::now();
-        StepResult result;
-        std::vector<Token>& history = this->sequence_;
-        if (history.size() > target_.model().context_length()) {
-            result.stop = StopReason::context_full;
-            return result;
-        }
-        auto forward_start = detail::Clock::now();
-        const std::span<const Token> feed = target_.uncached_suffix(history);
-        result.stats.target_tokens = feed.size();
-        const LogitsView logits = target_.forward(feed);
-        result.stats.target_seconds = detail::seconds_since(forward_start);
-        result.stats.target_forward_passes = 1;
-
-        auto sample_start = detail::Clock::now();
-        const CounterRng rng{this->options_.seed};
-        const Token token =
-            detail::sample_next_on_host(logits.last_row(), this->options_.sampling, rng, history.size(), scratch_);
-        result.stats.acceptance_seconds = detail::seconds_since(sample_start);
-
-        result.stats.generated_tokens = detail::emit_tokens(std::span<const Token>(&token, 1),
-                                                            this->options_.stop_tokens, on_token, history,
-                                                            result.tokens, result.stop);
-        result.stats.total_seconds = detail::seconds_since(start);
-        return result;
-    }
-
-    // Empties the KV cache and the committed sequence.
-    void reset() {
-        target_.reset();
-        this->sequence_.clear();
+        detail::StepRecord step = this->begin_step(max_tokens);
+        if (step.stopped()) return std::move(step.result);
+        GenerationStats& stats = step.stats();
+        this->feed_pass(step, {});
+        const LogitsView logits = detail::timed(stats.target_seconds, [&] { return target_.forward(feed_); });
+        const CounterRng rng{options_.seed};
+        const Token token = detail::timed(stats.acceptance_seconds, [&] {
+            return detail::sample_next_on_host(logits.last_row(), options_.sampling, rng, sequence_.size(), scratch_);
+        });
+        this->emit(step, std::span<const Token>{}, token, on_token);
+        return this->finish_step(step);
     }
 
 private:
-    detail::KvSync<Target> target_;
     std::vector<float> scratch_;
 };
 

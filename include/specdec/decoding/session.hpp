@@ -1,11 +1,32 @@
 #pragma once
-// What the decoders share: the committed token sequence of a session,
-// generate() built on prefill() + step(), the prefill of a target and a
-// drafter, and the check that a draft model shares the target's vocabulary.
+// The step skeleton every decoder shares, and the session around it.
+//
+// A decoder is a DecoderSession and writes only its step():
+//
+//   StepRecord step = begin_step(max_tokens);    // the call checked; committed length and free context
+//   if (step.stopped()) return ...;              // context full
+//   proposal = propose(step, [&] { ... });        // timed; counts the proposal's size and passes
+//   ...check the proposal (its own shape)...
+//   feed_pass(step, drafts);                     // feed_ = uncached suffix + drafts
+//   ...ONE target pass over feed_, then the rule (its own: chain, tree, device)...
+//   ...roll the target back to the accepted prefix (truncate / commit_tree)...
+//   emit(step, accepted drafts, next token, on_token);   // commit + emit + accepted counts
+//   return finish_step(step, policy, outcome);           // total time, policy.observe
+//
+// The decoder supplies: how many drafts to ask for (its policy), the proposal's
+// check, the pass (forward, forward_tree, forward_and_verify), the rule and the
+// rollback, and counters only it has (tested positions, sibling ranks).
+// The session supplies: the committed sequence, the target's KvSync, the
+// drafter, construction with validation, prefill, reset, generate(), and the
+// phases above. A decoder that verifies many sequences in one target pass
+// runs begin_step / propose / emit / finish_step once per sequence around its
+// one shared pass.
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <limits>
 #include <span>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,7 +34,11 @@
 #include "specdec/core/error.hpp"
 #include "specdec/core/types.hpp"
 #include "specdec/decoding/decoding_options.hpp"
+#include "specdec/decoding/drafter.hpp"
+#include "specdec/decoding/generation_result.hpp"
 #include "specdec/decoding/kv_sync.hpp"
+#include "specdec/decoding/roles.hpp"
+#include "specdec/decoding/step_record.hpp"
 
 namespace specdec::detail {
 
@@ -35,17 +60,101 @@ void check_shared_vocabulary(const Draft& draft, const Target& target) {
     }
 }
 
+inline void check_prompt(std::span<const Token> prompt, std::size_t vocab, std::size_t context_length) {
+    if (prompt.empty()) throw Error("the prompt is empty: expected at least one token (e.g. BOS)");
+    if (prompt.size() > context_length) {
+        std::ostringstream message;
+        message << "the prompt has " << prompt.size() << " tokens but the target's context holds only "
+                << context_length;
+        throw Error(message.str());
+    }
+    for (std::size_t i = 0; i < prompt.size(); ++i) {
+        if (prompt[i] < 0 || static_cast<std::size_t>(prompt[i]) >= vocab) {
+            std::ostringstream message;
+            message << "prompt token " << i << " has id " << prompt[i] << ", outside the vocabulary [0, " << vocab
+                    << ")";
+            throw Error(message.str());
+        }
+    }
+}
+
+// A drafter object (Drafter, TreeDrafter) the decoder uses in place.
+template <class Draft>
+struct DrafterReference {
+    Draft* drafter;
+    DraftProposal propose(const DraftRequest& request)
+        requires Drafter<Draft>
+    {
+        return drafter->propose(request);
+    }
+    TreeProposal propose_tree(const TreeDraftRequest& request)
+        requires TreeDrafter<Draft>
+    {
+        return drafter->propose_tree(request);
+    }
+    void reset() { drafter->reset(); }
+    void prefill(std::span<const Token> history) {
+        if constexpr (requires { drafter->prefill(history); }) drafter->prefill(history);
+    }
+};
+
+// How a decoder holds its draft: a drafter object by reference, a draft model
+// wrapped in the decoder's model drafter (ModelDrafter, ModelTreeDrafter).
+template <class Draft, template <class> class ModelWrapper, bool is_drafter>
+struct DrafterFor {
+    using type = ModelWrapper<Draft>;
+    static type make(Draft& draft) { return type(draft); }
+};
+template <class Draft, template <class> class ModelWrapper>
+struct DrafterFor<Draft, ModelWrapper, true> {
+    using type = DrafterReference<Draft>;
+    static type make(Draft& draft) { return type{&draft}; }
+};
+
+// The drafter of a decoder that drafts nothing (AutoregressiveDecoder).
+struct NoDraft {
+    struct type {
+        void reset() {}
+        void prefill(std::span<const Token>) {}
+    };
+};
+
 // Decoder provides
-//   GenerationStats prefill(std::span<const Token> prompt);
 //   StepResult step(std::size_t max_tokens, OnToken& on_token);
-template <class Decoder>
+// DraftSource is a DrafterFor (or NoDraft): how the draft is held.
+template <class Decoder, class Target, class DraftSource = NoDraft>
 class DecoderSession {
+    static constexpr bool kDrafts = !std::same_as<DraftSource, NoDraft>;
+
 public:
     [[nodiscard]] const DecodingOptions& options() const { return options_; }
 
     // The committed sequence: the last prompt given to prefill()/generate() and
     // every token emitted since.
     [[nodiscard]] std::span<const Token> sequence() const { return sequence_; }
+
+    // Makes `prompt` the committed sequence and runs the target (and a draft
+    // model) over it, except its last token, which the first step feeds.
+    // Each model keeps the longest common prefix of its cache and the prompt
+    // and computes only the rest. Returns the counts and time of this prefill.
+    // Throws specdec::Error for an empty prompt, an id outside the vocabulary
+    // or a prompt longer than the target's context.
+    // After the call: the target's cache holds prompt[0 .. n - 1).
+    GenerationStats prefill(std::span<const Token> prompt) {
+        const auto start = Clock::now();
+        check_prompt(prompt, target_.model().vocab_size(), target_.model().context_length());
+        sequence_.assign(prompt.begin(), prompt.end());
+        GenerationStats stats;
+        stats.prompt_tokens = prompt.size();
+        const std::span<const Token> uncached = target_.uncached_suffix(sequence_);
+        if (uncached.size() > 1) {
+            target_.prefill(uncached.first(uncached.size() - 1));
+            stats.prefill_tokens = stats.target_tokens = uncached.size() - 1;
+        }
+        drafter_.prefill(sequence_);
+        stats.prefill_seconds = seconds_since(start);
+        return stats;
+    }
 
     // prefill(prompt), then step() until options().max_new_tokens tokens were
     // emitted, a stop token was emitted (it is included), on_token returned
@@ -64,7 +173,7 @@ public:
     GenerationResult generate(std::span<const Token> prompt, OnToken&& on_token = {}) {
         const auto start = Clock::now();
         GenerationResult result;
-        result.stats = self().prefill(prompt);
+        result.stats = prefill(prompt);
         const std::size_t most = options_.max_new_tokens;
         while (!add_step(result, self().step(most - result.tokens.size(), on_token), most)) {
         }
@@ -72,51 +181,121 @@ public:
         return result;
     }
 
+    // Empties the KV caches and the committed sequence.
+    void reset() {
+        target_.reset();
+        drafter_.reset();
+        sequence_.clear();
+    }
+
 protected:
-    explicit DecoderSession(DecodingOptions options) : options_(std::move(options)) {}
+    // Throws specdec::Error for invalid options. The model must outlive the decoder.
+    DecoderSession(Target& target, DecodingOptions options)
+        requires(!kDrafts)
+        : options_(std::move(options)), target_(target) {
+        validate(options_, /*speculative=*/false);
+    }
+
+    // Throws specdec::Error for invalid options or when a draft model's
+    // vocabulary differs from the target's. Both models must outlive the decoder.
+    template <class Draft>
+        requires kDrafts
+    DecoderSession(TargetRole<Target> target, DraftRole<Draft> draft, DecodingOptions options)
+        : options_(std::move(options)), drafter_(DraftSource::make(draft.source)), target_(target.model) {
+        validate(options_, /*speculative=*/true);
+        check_shared_vocabulary(draft.source, target.model);
+    }
 
     static constexpr std::size_t kUnlimited = std::numeric_limits<std::size_t>::max();
 
-    // Validates a prompt, makes it the committed sequence and runs the target
-    // over it but its last token, reusing the longest common prefix already
-    // in the target's cache. The returned stats count what was computed.
-    template <class Model>
-    GenerationStats prefill_target(KvSync<Model>& target, std::span<const Token> prompt) {
-        const auto start = Clock::now();
-        check_prompt(prompt, target.model().vocab_size(), target.model().context_length());
-        sequence_.assign(prompt.begin(), prompt.end());
-        GenerationStats stats;
-        stats.prompt_tokens = prompt.size();
-        const std::span<const Token> uncached = target.uncached_suffix(sequence_);
-        if (uncached.size() > 1) {
-            target.prefill(uncached.first(uncached.size() - 1));
-            stats.prefill_tokens = stats.target_tokens = uncached.size() - 1;
-        }
-        stats.prefill_seconds = seconds_since(start);
-        return stats;
-    }
-
-    // prefill_target, then the drafter over the committed sequence (a draft
-    // model catches its cache up the same way); the stats time both.
-    template <class Model, class Drafter>
-    GenerationStats prefill_target_and_drafter(KvSync<Model>& target, Drafter& drafter, std::span<const Token> prompt) {
-        const auto start = Clock::now();
-        GenerationStats stats = prefill_target(target, prompt);
-        drafter.prefill(sequence_);
-        stats.prefill_seconds = seconds_since(start);
-        return stats;
-    }
-
-    void check_step(std::size_t max_tokens) const {
+    // Opens a step: checks the call and records the committed length and the
+    // target's free context; stop = context_full when the pending token has no room.
+    StepRecord begin_step(std::size_t max_tokens) {
         if (sequence_.empty()) throw Error("step() has no sequence to extend: call prefill(prompt) first");
         if (max_tokens == 0) throw Error("step(max_tokens = 0): expected at least 1 token to emit");
+        StepRecord step;
+        step.committed = sequence_.size();
+        const std::size_t context = target_.model().context_length();
+        if (step.committed > context) {
+            step.result.stop = StopReason::context_full;
+        } else {
+            step.room = context - step.committed;
+        }
+        return step;
+    }
+
+    // Runs the drafter (through `draft`, which returns a DraftProposal or a
+    // TreeProposal), timed, and counts what it proposed.
+    template <class Draft>
+    auto propose(StepRecord& step, Draft&& draft) {
+        auto proposal = timed(step.stats().draft_seconds, draft);
+        step.stats().draft_forward_passes = proposal.forward_passes;
+        step.stats().draft_tokens_proposed = proposal.size();
+        return proposal;
+    }
+
+    // The one target pass's input: the target's uncached suffix of the
+    // sequence (at least the pending token), then `drafts`. Returns the
+    // suffix's length.
+    std::size_t feed_pass(StepRecord& step, std::span<const Token> drafts) {
+        const std::span<const Token> uncached = target_.uncached_suffix(sequence_);
+        feed_.assign(uncached.begin(), uncached.end());
+        feed_.insert(feed_.end(), drafts.begin(), drafts.end());
+        step.stats().target_tokens = feed_.size();
+        step.stats().target_forward_passes = 1;
+        return uncached.size();
+    }
+
+    // Commits and emits the accepted drafts, then `next`, stopping early as
+    // emit_tokens does; counts what was emitted (only emitted drafts count as
+    // accepted). Returns the number of tokens emitted.
+    template <class AcceptedTokens, class OnToken>
+    std::size_t emit(StepRecord& step, const AcceptedTokens& accepted, Token next, OnToken& on_token) {
+        step_tokens_.clear();
+        for (const Token token : accepted) step_tokens_.push_back(token);
+        const std::size_t drafts = step_tokens_.size();
+        step_tokens_.push_back(next);
+        GenerationStats& stats = step.stats();
+        const std::size_t emitted = emit_tokens(std::span<const Token>(step_tokens_), options_.stop_tokens, on_token,
+                                                sequence_, step.result.tokens, step.result.stop);
+        stats.draft_tokens_accepted = std::min(emitted, drafts);
+        for (std::size_t i = 0; i < stats.draft_tokens_accepted; ++i) ++stats.accepted_at_position[i];
+        stats.generated_tokens = emitted;
+        return emitted;
+    }
+
+    // Closes a step: its total time.
+    StepResult finish_step(StepRecord& step) {
+        step.stats().total_seconds = seconds_since(step.start);
+        return std::move(step.result);
+    }
+
+    // Closes a step and tells the policy what happened: `outcome` carries the
+    // decoder's own fields; the passes, width and times are filled in here.
+    template <class Policy, class Outcome>
+    StepResult finish_step(StepRecord& step, Policy& policy, Outcome outcome) {
+        const GenerationStats& stats = step.stats();
+        step.stats().total_seconds = seconds_since(step.start);
+        outcome.draft_passes = stats.draft_forward_passes;
+        outcome.verified_tokens = stats.target_tokens;
+        outcome.draft_seconds = stats.draft_seconds;
+        outcome.target_seconds = stats.target_seconds;
+        outcome.acceptance_seconds = stats.acceptance_seconds;
+        outcome.total_seconds = stats.total_seconds;
+        policy.observe(outcome);
+        return std::move(step.result);
     }
 
     DecodingOptions options_;
     std::vector<Token> sequence_;
+    typename DraftSource::type drafter_;
+    KvSync<Target> target_;
+    std::vector<Token> feed_;  // the current pass's input (feed_pass)
 
 private:
     Decoder& self() { return static_cast<Decoder&>(*this); }
+
+    std::vector<Token> step_tokens_;  // the current step's accepted drafts and next token
 };
 
 }  // namespace specdec::detail

@@ -1,9 +1,9 @@
 #pragma once
 // The verification step on the host: process the target's k + 1 logits rows
-// exactly like the drafter processed its own, then apply the acceptance rule.
+// exactly like the drafter processed its own, then apply the acceptance rule
+// (the rules and their concept live with their math in sampling/acceptance.hpp).
 // A target may instead verify on its own device (DeviceVerifyingLM in
 // core/model_contract.hpp); the decoder then never copies logits back.
-#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -17,34 +17,6 @@
 #include "specdec/core/sampling_options.hpp"
 
 namespace specdec {
-
-// The default acceptance rule of SpeculativeDecoder. A rule is any callable
-// (draft, target distributions p, rng, first_position) -> AcceptanceResult; the
-// decoder is parameterised on it so that other exact rules (block
-// verification) can be plugged in, and tests can plug in wrong ones to show the
-// exactness tests catch them.
-struct TokenwiseRejection {
-    AcceptanceResult operator()(const DraftProposal& draft, DistributionRows p, const CounterRng& rng,
-                                std::uint64_t first_position) const {
-        return accept_rejection_sampling(draft, p, rng, first_position);
-    }
-};
-
-// Block verification (Sun et al., ICLR 2025): exact, and keeps at least as many
-// drafts as TokenwiseRejection in expectation. Needs full q rows from a model
-// drafter to gain anything (with point-mass drafts it equals token-wise).
-struct BlockVerification {
-    AcceptanceResult operator()(const DraftProposal& draft, DistributionRows p, const CounterRng& rng,
-                                std::uint64_t first_position) const {
-        return accept_block_verification(draft, p, rng, first_position);
-    }
-};
-
-template <class Rule>
-concept AcceptanceRule = requires(const Rule& rule, const DraftProposal& draft, DistributionRows p,
-                                  const CounterRng& rng, std::uint64_t position) {
-    { rule(draft, p, rng, position) } -> std::same_as<AcceptanceResult>;
-};
 
 namespace detail {
 
@@ -65,16 +37,6 @@ AcceptanceResult verify_on_host(const LogitsView& logits, const DraftProposal& d
     }
     rows.reset(logits, first_row, k + 1, sampling, "target model", first_position);
     return rule(draft, DistributionRows{nullptr, k + 1, logits.vocab, &rows}, rng, first_position);
-}
-
-// The same with a plain scratch vector (kept for callers that hold one).
-template <AcceptanceRule Rule>
-AcceptanceResult verify_on_host(const LogitsView& logits, const DraftProposal& draft, const SamplingOptions& sampling,
-                                const CounterRng& rng, std::uint64_t first_position, std::vector<float>& scratch,
-                                const Rule& rule) {
-    (void)scratch;
-    LazyDistributions rows;
-    return verify_on_host(logits, draft, sampling, rng, first_position, rows, rule);
 }
 
 // One token from the last row, as plain autoregressive sampling does it.

@@ -50,7 +50,6 @@
 #include "specdec/core/error.hpp"
 #include "specdec/core/rng.hpp"
 #include "specdec/core/types.hpp"
-#include "specdec/decoding/verification.hpp"
 #include "specdec/models/llama_gguf.hpp"
 #include "specdec/models/llama_weights.hpp"
 #include "specdec/sampling/acceptance.hpp"

@@ -7,6 +7,7 @@
 #include <limits>
 #include <span>
 #include <algorithm>
+#include <concepts>
 #include <optional>
 #include <sstream>
 #include <string_view>
@@ -113,16 +114,6 @@ struct DistributionRows {
 };
 
 namespace detail {
-
-inline void check_draft_tokens(const DraftProposal& draft, std::size_t vocab) {
-    for (const Token token : draft.tokens) {
-        if (token < 0 || static_cast<std::size_t>(token) >= vocab) {
-            std::ostringstream message;
-            message << "draft token " << token << " is outside the target vocabulary [0, " << vocab << ")";
-            throw Error(message.str());
-        }
-    }
-}
 
 inline void check_rows(const DraftProposal& draft, std::size_t target_rows, std::size_t vocab) {
     if (target_rows != draft.size() + 1) {
@@ -266,6 +257,21 @@ inline void block_weights(const DraftProposal& draft, const DistributionRows& p,
 
 }  // namespace detail
 
+namespace detail {
+
+// What every chain rule checks before it reads anything: k + 1 target rows,
+// draft rows of the target's vocabulary, draft ids inside it, and probabilities
+// that are probabilities. Rows the decoder computed lazily were made from
+// checked logits; rows handed in directly (a test, a fuzzer, a caller of a rule)
+// are checked here.
+inline void check_rule_inputs(const DraftProposal& draft, const DistributionRows& p) {
+    check_rows(draft, p.rows, p.vocab);
+    if (p.data != nullptr) check_probabilities({p.data, p.rows * p.vocab}, "target distribution", p.vocab);
+    check_probabilities(draft.probabilities, "draft distribution", draft.vocab);
+}
+
+}  // namespace detail
+
 // Token-wise rejection sampling (Leviathan et al. 2022; Chen et al. 2023).
 // Draft i sits at sequence position first_position + i.
 //   accept x_i with probability min(1, p_i(x_i) / q_i(x_i)), i.e. iff u * q < p with
@@ -277,11 +283,7 @@ inline void block_weights(const DraftProposal& draft, const DistributionRows& p,
 // of the drafts (they are: different RandomPurpose streams).
 [[nodiscard]] inline AcceptanceResult accept_rejection_sampling(const DraftProposal& draft, DistributionRows p,
                                                                 const CounterRng& rng, std::uint64_t first_position) {
-    detail::check_rows(draft, p.rows, p.vocab);
-    // Rows the decoder computed lazily were made from checked logits; rows
-    // handed in directly (a test, a fuzzer, a caller of this function) are checked.
-    if (p.data != nullptr) detail::check_probabilities({p.data, p.rows * p.vocab}, "target distribution", p.vocab);
-    detail::check_probabilities(draft.probabilities, "draft distribution", draft.vocab);
+    detail::check_rule_inputs(draft, p);
     const std::size_t k = draft.size();
     for (std::size_t i = 0; i < k; ++i) {
         const Token x = draft.tokens[i];
@@ -315,9 +317,7 @@ inline void block_weights(const DraftProposal& draft, const DistributionRows& p,
 // block. The drafter must likewise draw per step (ModelDrafter does).
 [[nodiscard]] inline AcceptanceResult accept_block_verification(const DraftProposal& draft, DistributionRows p,
                                                                 const CounterRng& rng, std::uint64_t first_position) {
-    detail::check_rows(draft, p.rows, p.vocab);
-    if (p.data != nullptr) detail::check_probabilities({p.data, p.rows * p.vocab}, "target distribution", p.vocab);
-    detail::check_probabilities(draft.probabilities, "draft distribution", draft.vocab);
+    detail::check_rule_inputs(draft, p);
     const std::size_t k = draft.size();
     thread_local std::vector<double> w;
     detail::block_acceptance_weights(draft, p, w);
@@ -342,5 +342,35 @@ inline void block_weights(const DraftProposal& draft, const DistributionRows& p,
     while (i < drafts.size() && drafts[i] == target_argmax[i]) ++i;
     return {i, target_argmax[i]};
 }
+
+// The rules as types, so that a decoder is parameterised on one. A rule is any
+// callable (draft, target distributions p, rng, first_position) ->
+// AcceptanceResult (the AcceptanceRule concept); tests plug in wrong ones to
+// show the exactness tests catch them. Temperature 0 is not a rule: the
+// decoders verify greedily there (accept_greedy).
+
+// The default rule of SpeculativeDecoder: accept_rejection_sampling.
+struct TokenwiseRejection {
+    AcceptanceResult operator()(const DraftProposal& draft, DistributionRows p, const CounterRng& rng,
+                                std::uint64_t first_position) const {
+        return accept_rejection_sampling(draft, p, rng, first_position);
+    }
+};
+
+// accept_block_verification: exact, and keeps at least as many drafts as
+// TokenwiseRejection in expectation. Needs full q rows from a model drafter to
+// gain anything (with point-mass drafts it equals token-wise).
+struct BlockVerification {
+    AcceptanceResult operator()(const DraftProposal& draft, DistributionRows p, const CounterRng& rng,
+                                std::uint64_t first_position) const {
+        return accept_block_verification(draft, p, rng, first_position);
+    }
+};
+
+template <class Rule>
+concept AcceptanceRule = requires(const Rule& rule, const DraftProposal& draft, DistributionRows p,
+                                  const CounterRng& rng, std::uint64_t position) {
+    { rule(draft, p, rng, position) } -> std::same_as<AcceptanceResult>;
+};
 
 }  // namespace specdec
