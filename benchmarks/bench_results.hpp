@@ -252,6 +252,22 @@ struct TreeResult {
     }
 };
 
+namespace detail {
+
+// Records the first repetition whose speculative tokens differ from the
+// autoregressive ones (greedy decoding must reproduce them exactly); a later
+// match does not hide an earlier mismatch. Result: ConfigurationResult or TreeResult.
+template <class Result>
+void check_greedy_match(Result& result, const std::vector<Token>& autoregressive, const std::vector<Token>& speculative) {
+    if (result.greedy_match && !*result.greedy_match) return;
+    const auto [ar_it, spec_it] = std::mismatch(autoregressive.begin(), autoregressive.end(), speculative.begin(), speculative.end());
+    const bool equal = ar_it == autoregressive.end() && spec_it == speculative.end();
+    result.greedy_match = equal;
+    if (!equal) result.first_mismatch = static_cast<std::size_t>(ar_it - autoregressive.begin());
+}
+
+}  // namespace detail
+
 struct BenchReport {
     MachineInfo machine;
     ModelInfo target;

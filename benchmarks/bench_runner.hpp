@@ -25,43 +25,20 @@
 
 namespace specdec::bench {
 
-struct RunSettings {
-    std::vector<std::size_t> draft_tokens{1, 2, 3, 4, 6};
-    bool auto_length = false;               // one more row per temperature and rule: AutoLength
-    std::size_t auto_max_draft_tokens = 8;  // its cap
-    std::vector<RuleChoice> rules{RuleChoice::tokenwise};  // block runs at T > 0 only
-    std::vector<double> temperatures{0.0, 1.0};
-    std::vector<std::string> trees{};       // token-tree rows: "auto" and shapes such as "3x2x1"
-    std::size_t tree_max_nodes = 24;
-    std::size_t new_tokens = 64;
-    std::size_t repetitions = 2;
-    // > 0: a time budget for the rounds (seconds from the first one's start).
-    // After min_repetitions rounds, another starts only if it would end within
-    // the budget at the rounds' mean duration so far (the longest would stop
-    // early after one slow round); `repetitions` is then the most.
-    // A fixed count of tokens makes the run as long as the machine is slow
-    // (on a shared machine: one minute, then seventy seconds); a budget keeps
-    // its length and gives a faster machine more samples instead.
-    double time_budget_seconds = 0.0;
-    std::size_t min_repetitions = 2;
-    std::uint64_t seed = 42;
-    std::size_t warmup_tokens = 8;  // one untimed short generation per method first; 0 = none
+// RunChoices (what to measure, bench_options.hpp) and what the runner needs besides.
+struct RunSettings : RunChoices {
+    RunSettings() = default;
+    // The choices as given (BenchOptions: as the flags made them), the rest at their defaults.
+    explicit RunSettings(const RunChoices& choices) : RunChoices(choices) {}
+
+    std::size_t min_repetitions = 2;  // with a time budget, rounds run at least
+    std::size_t warmup_tokens = 8;    // one untimed short generation per method first; 0 = none
     // The prompt of repetition r is repetition_prompts[r % size()]; empty:
     // every repetition generates from the benchmark's prompt. (Seeded token
     // prompts give each repetition its own: at T = 0 one prompt would make
     // every repetition the same sequence, and rows compared on one sequence
     // compare how their steps happen to line up with it.)
     std::vector<std::vector<Token>> repetition_prompts{};
-    // Advance every row of a round step by step in turn, each on replicas of
-    // the models (when both have them; see run_configurations); false: one
-    // row after another on the given models.
-    bool interleave_rows = true;
-    // Each auto row first generates once, untimed, on a prompt no round
-    // measures: a serving process keeps its decoder, and with it what
-    // AutoLength has learned, from one request to the next, so the rounds
-    // measure the learned policy rather than its first steps (the warm-up
-    // lengths, then choices made from a handful of timings). false: --cold-auto.
-    bool learn_auto_first = true;
 };
 
 struct ProgressStep {
@@ -79,21 +56,6 @@ struct ProgressStep {
 };
 
 using ProgressCallback = std::function<void(const ProgressStep&)>;
-
-namespace detail {
-
-// Records the first repetition whose speculative tokens differ from the
-// autoregressive ones (greedy decoding must reproduce them exactly).
-inline void check_greedy_match(ConfigurationResult& result, const std::vector<Token>& autoregressive,
-                               const std::vector<Token>& speculative) {
-    if (result.greedy_match && !*result.greedy_match) return;
-    const auto [ar_it, spec_it] = std::mismatch(autoregressive.begin(), autoregressive.end(), speculative.begin(), speculative.end());
-    const bool equal = ar_it == autoregressive.end() && spec_it == speculative.end();
-    result.greedy_match = equal;
-    if (!equal) result.first_mismatch = static_cast<std::size_t>(ar_it - autoregressive.begin());
-}
-
-}  // namespace detail
 
 // One configuration the runner measures.
 struct Configuration {
@@ -278,149 +240,226 @@ template <class Draft, CausalLM Target>
 // Sequential (models that cannot be replicated, e.g. the CUDA model): the
 // baseline, then each row to its end; rows run forwards in even repetitions
 // and backwards in odd ones, so that no row always sits next to the baseline.
+namespace detail {
+
+// The rows of one run: each row's configuration, its result so far, the
+// models it runs on and its generator. Row i runs on targets[i] and
+// drafts[i]: replicas of its own when interleaved, the given models otherwise.
+template <class Draft, CausalLM Target>
+struct RowSet {
+    std::vector<Configuration> configurations;
+    std::vector<ConfigurationResult> results;
+    std::vector<RowGenerator> generators;
+    std::vector<double> temperatures;  // in the order of the configurations
+    bool interleaved = false;
+    std::vector<std::unique_ptr<Target>> target_replicas;
+    std::vector<std::unique_ptr<Draft>> draft_replicas;
+    std::vector<Target*> targets;
+    std::vector<Draft*> drafts;
+
+    [[nodiscard]] std::size_t size() const { return configurations.size(); }
+    // The rows of one temperature, in the order a repetition runs them:
+    // forwards in even repetitions, backwards in odd ones.
+    [[nodiscard]] std::vector<std::size_t> rows_at(double temperature, std::size_t repetition) const {
+        std::vector<std::size_t> rows;
+        for (std::size_t i = 0; i < size(); ++i)
+            if (configurations[i].temperature == temperature) rows.push_back(i);
+        if (repetition % 2 == 1) std::reverse(rows.begin(), rows.end());
+        return rows;
+    }
+};
+
+template <class Draft, CausalLM Target>
+[[nodiscard]] RowSet<Draft, Target> make_row_set(Draft& draft, Target& target, const RunSettings& settings) {
+    RowSet<Draft, Target> set;
+    set.configurations = configurations_of(settings);
+    const std::size_t total = set.size();
+    set.interleaved = settings.interleave_rows && kInterleavable<Draft, Target>;
+    set.targets.assign(total, &target);
+    set.drafts.assign(total, &draft);
+    if constexpr (kInterleavable<Draft, Target>) {
+        if (set.interleaved) {
+            for (std::size_t i = 0; i < total; ++i) {
+                set.target_replicas.push_back(replica_of(target));
+                set.draft_replicas.push_back(replica_of(draft));
+                set.targets[i] = set.target_replicas.back().get();
+                set.drafts[i] = set.draft_replicas.back().get();
+            }
+        }
+    }
+    set.results.resize(total);
+    for (std::size_t i = 0; i < total; ++i) {
+        const Configuration& configuration = set.configurations[i];
+        ConfigurationResult& result = set.results[i];
+        result.temperature = configuration.temperature;
+        result.draft_tokens = configuration.draft_tokens;
+        result.auto_length = configuration.auto_length;
+        result.rule = configuration.rule;
+        result.repetitions = settings.repetitions;
+        set.generators.push_back(make_row_generator(*set.drafts[i], *set.targets[i], configuration));
+        if (std::find(set.temperatures.begin(), set.temperatures.end(), configuration.temperature) == set.temperatures.end())
+            set.temperatures.push_back(configuration.temperature);
+    }
+    return set;
+}
+
+// The first generations pay one-time costs (first touch of the KV caches and
+// scratch buffers, thread start-up): one short untimed generation keeps them
+// out of the first round's numbers, on each row's own models when it has them.
+template <class Draft, CausalLM Target>
+void warm_up(RowSet<Draft, Target>& rows, Target& target, std::span<const Token> prompt, const RunSettings& settings) {
+    if (settings.warmup_tokens == 0) return;
+    const DecodingOptions warmup{.draft_tokens = rows.configurations.front().draft_tokens,
+                                 .sampling = SamplingOptions{.temperature = rows.configurations.front().temperature},
+                                 .seed = settings.seed,
+                                 .max_new_tokens = std::min(settings.warmup_tokens, settings.new_tokens)};
+    (void)AutoregressiveDecoder<Target>(target, warmup).generate(prompt);
+    // Every pair of models the rows run on: the given pair, or each row's replicas.
+    const std::size_t pairs = rows.interleaved ? rows.size() : 1;
+    for (std::size_t i = 0; i < pairs; ++i)
+        (void)SpeculativeDecoder<Target, Draft>(specdec::target(*rows.targets[i]), specdec::draft(*rows.drafts[i]), warmup)
+            .generate(prompt);
+}
+
+// Each auto row generates once, untimed, on a prompt no round measures (the
+// prompt reversed: as long as the measured ones, and none of them), so that
+// the rounds measure the policy it learned (RunChoices::learn_auto_first).
+template <class Draft, CausalLM Target>
+void learn_auto(RowSet<Draft, Target>& rows, std::span<const Token> prompt, const RunSettings& settings) {
+    const std::vector<Token> learning_prompt(prompt.rbegin(), prompt.rend());
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        if (!rows.configurations[i].auto_length) continue;
+        const DecodingOptions learning{.draft_tokens = rows.configurations[i].draft_tokens,
+                                       .sampling = SamplingOptions{.temperature = rows.configurations[i].temperature},
+                                       .seed = settings.seed ^ 0x1EA2'0000'0000'0000ull,
+                                       .max_new_tokens = settings.new_tokens};
+        (void)run_to_end(*rows.generators[i](learning, learning_prompt));
+    }
+}
+
+// Adds one repetition of row i to its result: both decoders' statistics, the
+// repetition's own speedup and, at T = 0, whether the tokens were the same.
+inline void record_repetition(ConfigurationResult& result, const GenerationResult& baseline, const GenerationResult& fast) {
+    result.autoregressive += baseline.stats;
+    result.speculative += fast.stats;
+    if (baseline.stats.decode_tokens_per_second() > 0.0)
+        result.speedup_per_repetition.push_back(fast.stats.decode_tokens_per_second() /
+                                                baseline.stats.decode_tokens_per_second());
+    if (result.temperature == 0.0) check_greedy_match(result, baseline.tokens, fast.tokens);
+}
+
+// One temperature of one repetition: the autoregressive baseline and every
+// row of that temperature, on the same prompt and seed (see run_configurations
+// for the order), recorded into the rows' results.
+template <class Draft, CausalLM Target>
+void run_round(RowSet<Draft, Target>& set, Target& target, std::span<const Token> prompt, const RunSettings& settings,
+               double temperature, std::size_t repetition, std::size_t& step, const ProgressCallback& progress) {
+    const std::size_t total = set.size();
+    const std::vector<std::size_t> rows = set.rows_at(temperature, repetition);
+    // Each repetition is another sample (its own seed, so another prompt for
+    // synthetic models and other random draws).
+    const DecodingOptions baseline_options{.sampling = SamplingOptions{.temperature = temperature},
+                                           .seed = settings.seed + repetition,
+                                           .max_new_tokens = settings.new_tokens};
+    const std::span<const Token> round_prompt = repetition_prompt(settings.repetition_prompts, prompt, repetition);
+    auto start_row = [&](std::size_t i) {
+        if (progress)
+            progress(ProgressStep{++step, total * settings.repetitions, temperature, set.configurations[i].draft_tokens,
+                                  set.results[i].label(), repetition + 1, settings.repetitions,
+                                  settings.time_budget_seconds, set.interleaved ? rows.size() : 0});
+        DecodingOptions options = baseline_options;
+        options.draft_tokens = set.configurations[i].draft_tokens;
+        return set.generators[i](options, round_prompt);
+    };
+    DecoderGeneration<AutoregressiveDecoder<Target>> autoregressive(round_prompt, target, baseline_options);
+    GenerationResult baseline;
+    std::vector<GenerationResult> fast(total);
+    if (set.interleaved) {
+        // The baseline runs whole, before the rows in even repetitions and
+        // after them in odd ones: plain decoding's passes follow one another,
+        // and the last cache contents of one pass help the next. Stepped in
+        // turn with the rows, between their draft and verify passes, an
+        // autoregressive token took 9-15% longer (a Zen 4 host, 100m pair),
+        // which no user's plain decoding pays and which inflated every speedup
+        // by as much; the rows' steps took the same time either way (a draft
+        // pass always precedes their verify pass).
+        const bool baseline_first = repetition % 2 == 0;
+        if (baseline_first) baseline = run_to_end(autoregressive);
+        std::vector<std::unique_ptr<Generation>> generations;
+        std::vector<Generation*> running;
+        for (const std::size_t i : rows) {
+            generations.push_back(start_row(i));
+            running.push_back(generations.back().get());
+        }
+        run_interleaved(running);
+        if (!baseline_first) baseline = run_to_end(autoregressive);
+        for (std::size_t r = 0; r < rows.size(); ++r) fast[rows[r]] = generations[r]->take();
+    } else {
+        baseline = run_to_end(autoregressive);
+        for (const std::size_t i : rows) fast[i] = run_to_end(*start_row(i));
+    }
+    for (const std::size_t i : rows) record_repetition(set.results[i], baseline, fast[i]);
+}
+
+// With a time budget, after min_repetitions rounds: whether the next round,
+// at the rounds' mean duration so far, would still end within the budget.
+[[nodiscard]] inline bool next_round_fits(const RunSettings& settings, std::size_t repetition, std::size_t rounds,
+                                          double rounds_seconds, Clock::time_point rounds_start) {
+    if (settings.time_budget_seconds <= 0.0 || repetition < std::max<std::size_t>(1, settings.min_repetitions)) return true;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - rounds_start).count();
+    return elapsed + rounds_seconds / static_cast<double>(rounds) <= settings.time_budget_seconds;
+}
+
+}  // namespace detail
+
+// Draft: a CausalLM draft model or a Drafter (e.g. PromptLookupDrafter).
+//
+// Order: repetition by repetition, and within one temperature of a
+// repetition, one autoregressive generation and every row's speculative
+// generation of the same prompt and seed (the autoregressive tokens do not
+// depend on the row, so one run serves them all; at T = 0 each row is checked
+// against it).
+//
+// Interleaved (settings.interleave_rows, with models that have replica()):
+// every row gets a target and a draft of its own (shared weights, own KV
+// caches), and all rows of a temperature advance step by step in turn
+// (detail::run_interleaved). The machine's speed drifts by ~5% over seconds
+// on a shared host; one row run after another, each row's time carried its
+// own share of that drift, and rows were compared with each other (auto
+// against the best fixed k) through it. Step by step, every row runs through
+// the same seconds. Each step is timed on its own, and the tokens are those
+// of a sequential run: each decoder has its own caches and its random numbers
+// are counters of its seed and position. The baseline runs whole, before the
+// rows in even repetitions and after them in odd ones (why: see run_round).
+//
+// Sequential (models that cannot be replicated, e.g. the CUDA model): the
+// baseline, then each row to its end; rows run forwards in even repetitions
+// and backwards in odd ones, so that no row always sits next to the baseline.
 template <class Draft, CausalLM Target>
 [[nodiscard]] std::vector<ConfigurationResult> run_configurations(Draft& draft, Target& target,
                                                                   std::span<const Token> prompt,
                                                                   const RunSettings& settings,
                                                                   const ProgressCallback& progress = {},
                                                                   const std::function<void()>& after_round = {}) {
-    const std::vector<Configuration> configurations = configurations_of(settings);
-    const std::size_t total = configurations.size();
-    if (total == 0) return {};
-    const bool interleaved = settings.interleave_rows && kInterleavable<Draft, Target>;
-    // Row i runs on row_targets[i] and row_drafts[i]: replicas when
-    // interleaved, the given models otherwise.
-    std::vector<std::unique_ptr<Target>> target_replicas;
-    std::vector<std::unique_ptr<Draft>> draft_replicas;
-    std::vector<Target*> row_targets(total, &target);
-    std::vector<Draft*> row_drafts(total, &draft);
-    if constexpr (kInterleavable<Draft, Target>) {
-        if (interleaved) {
-            for (std::size_t i = 0; i < total; ++i) {
-                target_replicas.push_back(detail::replica_of(target));
-                draft_replicas.push_back(detail::replica_of(draft));
-                row_targets[i] = target_replicas.back().get();
-                row_drafts[i] = draft_replicas.back().get();
-            }
-        }
-    }
-    if (settings.warmup_tokens > 0) {
-        // The first generations pay one-time costs (first touch of the KV
-        // caches and scratch buffers, thread start-up): keep them out of the
-        // first round's numbers. Each row's own models when it has them.
-        const DecodingOptions warmup{.draft_tokens = configurations.front().draft_tokens,
-                                     .sampling = SamplingOptions{.temperature = configurations.front().temperature},
-                                     .seed = settings.seed,
-                                     .max_new_tokens = std::min(settings.warmup_tokens, settings.new_tokens)};
-        (void)AutoregressiveDecoder<Target>(target, warmup).generate(prompt);
-        // Every pair of models the rows run on: the given pair, or each row's replicas.
-        const std::size_t pairs = interleaved ? total : 1;
-        for (std::size_t i = 0; i < pairs; ++i)
-            (void)SpeculativeDecoder<Target, Draft>(specdec::target(*row_targets[i]), specdec::draft(*row_drafts[i]), warmup)
-                .generate(prompt);
-    }
-    std::vector<ConfigurationResult> results(total);
-    std::vector<RowGenerator> generators;
-    std::vector<double> temperatures;  // in the order of the configurations
-    for (std::size_t i = 0; i < total; ++i) {
-        const Configuration& configuration = configurations[i];
-        ConfigurationResult& result = results[i];
-        const std::size_t k = configuration.draft_tokens;
-        result.temperature = configuration.temperature;
-        result.draft_tokens = k;
-        result.auto_length = configuration.auto_length;
-        result.rule = configuration.rule;
-        result.repetitions = settings.repetitions;
-        generators.push_back(make_row_generator(*row_drafts[i], *row_targets[i], configuration));
-        if (std::find(temperatures.begin(), temperatures.end(), configuration.temperature) == temperatures.end())
-            temperatures.push_back(configuration.temperature);
-    }
-    if (settings.learn_auto_first) {
-        // The prompt reversed: as long as the measured ones, and none of them.
-        const std::vector<Token> learning_prompt(prompt.rbegin(), prompt.rend());
-        for (std::size_t i = 0; i < total; ++i) {
-            if (!configurations[i].auto_length) continue;
-            const DecodingOptions learning{.draft_tokens = configurations[i].draft_tokens,
-                                           .sampling = SamplingOptions{.temperature = configurations[i].temperature},
-                                           .seed = settings.seed ^ 0x1EA2'0000'0000'0000ull,
-                                           .max_new_tokens = settings.new_tokens};
-            (void)detail::run_to_end(*generators[i](learning, learning_prompt));
-        }
-    }
+    detail::RowSet<Draft, Target> rows = detail::make_row_set(draft, target, settings);
+    if (rows.size() == 0) return {};
+    detail::warm_up(rows, target, prompt, settings);
+    if (settings.learn_auto_first) detail::learn_auto(rows, prompt, settings);
     std::size_t step = 0, rounds = 0;
     const auto rounds_start = detail::Clock::now();
     double rounds_seconds = 0.0;
     for (std::size_t repetition = 0; repetition < settings.repetitions; ++repetition) {
-        if (settings.time_budget_seconds > 0.0 && repetition >= std::max<std::size_t>(1, settings.min_repetitions)) {
-            const double elapsed = std::chrono::duration<double>(detail::Clock::now() - rounds_start).count();
-            if (elapsed + rounds_seconds / static_cast<double>(rounds) > settings.time_budget_seconds) break;
-        }
+        if (!detail::next_round_fits(settings, repetition, rounds, rounds_seconds, rounds_start)) break;
         const auto round_start = detail::Clock::now();
-        for (const double temperature : temperatures) {
-            std::vector<std::size_t> rows;
-            for (std::size_t i = 0; i < total; ++i)
-                if (configurations[i].temperature == temperature) rows.push_back(i);
-            if (repetition % 2 == 1) std::reverse(rows.begin(), rows.end());
-            // Each repetition is another sample (its own seed, so another
-            // prompt for synthetic models and other random draws).
-            const DecodingOptions baseline_options{.sampling = SamplingOptions{.temperature = temperature},
-                                                   .seed = settings.seed + repetition,
-                                                   .max_new_tokens = settings.new_tokens};
-            const std::span<const Token> round_prompt = repetition_prompt(settings.repetition_prompts, prompt, repetition);
-            auto start_row = [&](std::size_t i) {
-                if (progress)
-                    progress(ProgressStep{++step, total * settings.repetitions, temperature,
-                                          configurations[i].draft_tokens, results[i].label(), repetition + 1,
-                                          settings.repetitions, settings.time_budget_seconds,
-                                          interleaved ? rows.size() : 0});
-                DecodingOptions options = baseline_options;
-                options.draft_tokens = configurations[i].draft_tokens;
-                return generators[i](options, round_prompt);
-            };
-            detail::DecoderGeneration<AutoregressiveDecoder<Target>> autoregressive(round_prompt, target, baseline_options);
-            GenerationResult baseline;
-            std::vector<GenerationResult> fast(total);
-            if (interleaved) {
-                // The baseline runs whole, before the rows in even repetitions
-                // and after them in odd ones: plain decoding's passes follow
-                // one another, and the last cache contents of one pass help the
-                // next. Stepped in turn with the rows, between their draft and
-                // verify passes, an autoregressive token took 9-15% longer (a
-                // Zen 4 host, 100m pair), which no user's plain decoding pays
-                // and which inflated every speedup by as much; the rows' steps
-                // took the same time either way (a draft pass always precedes
-                // their verify pass).
-                const bool baseline_first = repetition % 2 == 0;
-                if (baseline_first) baseline = detail::run_to_end(autoregressive);
-                std::vector<std::unique_ptr<detail::Generation>> generations;
-                std::vector<detail::Generation*> running;
-                for (const std::size_t i : rows) {
-                    generations.push_back(start_row(i));
-                    running.push_back(generations.back().get());
-                }
-                detail::run_interleaved(running);
-                if (!baseline_first) baseline = detail::run_to_end(autoregressive);
-                for (std::size_t r = 0; r < rows.size(); ++r) fast[rows[r]] = generations[r]->take();
-            } else {
-                baseline = detail::run_to_end(autoregressive);
-                for (const std::size_t i : rows) fast[i] = detail::run_to_end(*start_row(i));
-            }
-            for (const std::size_t i : rows) {
-                ConfigurationResult& result = results[i];
-                result.autoregressive += baseline.stats;
-                result.speculative += fast[i].stats;
-                if (baseline.stats.decode_tokens_per_second() > 0.0)
-                    result.speedup_per_repetition.push_back(fast[i].stats.decode_tokens_per_second() /
-                                                            baseline.stats.decode_tokens_per_second());
-                if (temperature == 0.0) detail::check_greedy_match(result, baseline.tokens, fast[i].tokens);
-            }
+        for (const double temperature : rows.temperatures) {
+            detail::run_round(rows, target, prompt, settings, temperature, repetition, step, progress);
             if (after_round) after_round();
         }
         ++rounds;
         rounds_seconds += std::chrono::duration<double>(detail::Clock::now() - round_start).count();
     }
-    for (ConfigurationResult& result : results) result.repetitions = rounds;
-    return results;
+    for (ConfigurationResult& result : rows.results) result.repetitions = rounds;
+    return std::move(rows.results);
 }
 
 // The cost model's inputs of each row (c, v_k, v_n), from the final costs.

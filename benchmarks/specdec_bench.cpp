@@ -95,19 +95,16 @@ int benchmark_and_report(Draft& draft, Target& target, BenchInputs inputs, const
     const BenchReport report = run_benchmark(draft, target, inputs, [&](const ProgressStep& step) { printer(step); });
     printer.finish();
 
-    print_header(std::cout, report);
-    print_table(std::cout, report);
-    print_tree_table(std::cout, report);
-    print_roofline(std::cout, report);
-    print_prefill(std::cout, report);
-    std::cout << "wall time " << report.wall_seconds << " s\n";
+    print_report(std::cout, report,
+                 ReportStyle{options.verbose, options.markdown ? ReportFormat::markdown : ReportFormat::text});
+    // The files' paths go to stderr: a captured report names no local path.
     if (options.json_path) {
         write_file(*options.json_path, report_to_json(report).dump(2) + "\n");
-        std::cout << "wrote " << *options.json_path << "\n";
+        if (!options.quiet) std::cerr << "wrote " << *options.json_path << "\n";
     }
     if (options.svg_path) {
         write_file(*options.svg_path, report_to_svg(report));
-        std::cout << "wrote " << *options.svg_path << "\n";
+        if (!options.quiet) std::cerr << "wrote " << *options.svg_path << "\n";
     }
     return 0;
 }
@@ -154,29 +151,11 @@ int run(const BenchOptions& options) {
     inputs.prompt = setup.prompt;
     inputs.prompt_text = setup.prompt_text;
     inputs.cost_settings.long_prompt_tokens = options.prompt_tokens.value_or(0);
-    inputs.settings = RunSettings{.draft_tokens = options.draft_tokens,
-                                  .auto_length = options.auto_length,
-                                  .auto_max_draft_tokens = options.auto_max_draft_tokens,
-                                  .rules = options.rules,
-                                  .temperatures = options.temperatures,
-                                  .trees = options.trees,
-                                  .tree_max_nodes = options.tree_max_nodes,
-                                  .new_tokens = options.new_tokens,
-                                  .repetitions = options.repetitions,
-                                  .time_budget_seconds = options.time_budget_seconds,
-                                  .seed = options.seed,
-                                  .repetition_prompts = setup.repetition_prompts,
-                                  .interleave_rows = options.interleave_rows,
-                                  .learn_auto_first = options.learn_auto_first};
+    inputs.settings = RunSettings(options);  // what to measure, as the flags chose it
+    inputs.settings.repetition_prompts = setup.repetition_prompts;
     return std::visit(
         [&](auto& draft) { return std::visit([&](auto& target) { return benchmark_and_report(*draft, *target, inputs, options); }, setup.target); },
         setup.draft);
-}
-
-std::string one_line(std::string text) {
-    for (char& c : text)
-        if (c == '\n' || c == '\r') c = ' ';
-    return text;
 }
 
 }  // namespace
@@ -190,13 +169,13 @@ int main(int argc, char** argv) {
         }
         return run(options);
     } catch (const UsageError& error) {
-        std::cerr << "specdec-bench: " << one_line(error.what()) << "\n";
+        std::cerr << "specdec-bench: " << specdec::cli::one_line(error.what()) << "\n";
         return 2;
     } catch (const specdec::Error& error) {
-        std::cerr << "specdec-bench: error: " << one_line(error.what()) << "\n";
+        std::cerr << "specdec-bench: error: " << specdec::cli::one_line(error.what()) << "\n";
         return 1;
     } catch (const std::exception& error) {
-        std::cerr << "specdec-bench: unexpected error: " << one_line(error.what()) << "\n";
+        std::cerr << "specdec-bench: unexpected error: " << specdec::cli::one_line(error.what()) << "\n";
         return 1;
     }
 }

@@ -87,17 +87,7 @@ template <class Draft, CausalLM Target>
                         if (baseline.stats.tokens_per_second() > 0.0)
                             result.speedup_per_repetition.push_back(fast.stats.tokens_per_second() /
                                                                     baseline.stats.tokens_per_second());
-                        if (temperature == 0.0) {
-                            const bool equal = baseline.tokens == fast.tokens;
-                            if (!result.greedy_match || *result.greedy_match) {
-                                result.greedy_match = equal;
-                                if (!equal) {
-                                    const auto [a, b] = std::mismatch(baseline.tokens.begin(), baseline.tokens.end(),
-                                                                      fast.tokens.begin(), fast.tokens.end());
-                                    result.first_mismatch = static_cast<std::size_t>(a - baseline.tokens.begin());
-                                }
-                            }
-                        }
+                        if (temperature == 0.0) detail::check_greedy_match(result, baseline.tokens, fast.tokens);
                     }
                 };
                 if (automatic) {

@@ -19,7 +19,10 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
+
+#include "flag_table.hpp"
 
 #include <specdec/formats/tokenizer.hpp>
 #include <specdec/models/llama_model.hpp>
@@ -28,6 +31,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+namespace cli = specdec::cli;
 
 struct Options {
     fs::path target;
@@ -50,110 +54,87 @@ struct Options {
     bool autoregressive = false;
     bool check_autoregressive = false;
     bool quiet = false;
+    bool help = false;
 };
 
-constexpr const char* kUsage =
-    "usage: specdec-generate -m TARGET.gguf [-md DRAFT.gguf] -p PROMPT [options]\n"
-    "  -m,  --model FILE          target model (GGUF: llama, qwen2)\n"
-    "  -md, --model-draft FILE    draft model sharing the target's vocabulary; without it, prompt lookup drafts\n"
-    "  -p,  --prompt TEXT         prompt text\n"
-    "  -n,  --n-predict N         tokens to generate (default 128)\n"
-    "       --temp T              temperature, 0 = greedy (default 0.8)\n"
-    "       --top-k N             0 = off (default 40)\n"
-    "       --top-p P             1 = off (default 0.95)\n"
-    "       --min-p P             0 = off (default 0.05)\n"
-    "  -s,  --seed N              sampling seed (default: random, printed at the end)\n"
-    "  -k,  --draft N|auto        tokens drafted per target pass (default 4); auto: the decoder chooses each\n"
-    "                             step's length from the acceptance and costs it measures (specdec::AutoLength)\n"
-    "       --draft-max N         with -k auto, the most tokens it drafts per pass (default 8); else as -k N\n"
-    "       --lookup-ngram MIN,MAX  n-gram sizes of prompt lookup (default 1,3)\n"
-    "  -t,  --threads N           threads (default: all cores)\n"
-    "  -c,  --ctx-size N          cap the context (default: the target's)\n"
-    "       --ignore-eos          do not stop at the end-of-sequence token\n"
-    "       --autoregressive      decode with the target alone (the baseline)\n"
-    "       --check-autoregressive  afterwards decode with the target alone and exit 1 if the tokens differ\n"
-    "       --quiet               print the statistics only\n";
-
-[[noreturn]] void usage_error(const std::string& message) {
-    std::fprintf(stderr, "specdec-generate: %s\n%s", message.c_str(), kUsage);
-    std::exit(2);
-}
+using cli::UsageError;
+using GenerateFlag = cli::FlagSpec<Options>;
 
 template <class T>
 T parse_number(std::string_view flag, std::string_view text) {
-    T value{};
-    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (error != std::errc() || end != text.data() + text.size()) {
-        usage_error(std::string(flag) + " " + std::string(text) + ": expected a number");
-    }
-    return value;
+    if constexpr (std::is_floating_point_v<T>) return static_cast<T>(cli::parse_non_negative(flag, text, ""));
+    else return static_cast<T>(cli::parse_count(flag, text));
+}
+
+// Every flag of specdec-generate: name, value, help and effect.
+const std::vector<GenerateFlag>& generate_flags() {
+    using V = std::string_view;
+    static const std::vector<GenerateFlag> flags{
+        {{"-m", "--model"}, "FILE", "target model (GGUF: llama, qwen2)", [](Options& o, V, V v) { o.target = v; }},
+        {{"-md", "--model-draft"}, "FILE", "draft model sharing the target's vocabulary; without it, prompt lookup drafts",
+         [](Options& o, V, V v) { o.draft = v; }},
+        {{"-p", "--prompt"}, "TEXT", "prompt text", [](Options& o, V, V v) { o.prompt = v; }},
+        {{"-n", "--n-predict"}, "N", "tokens to generate (default 128)",
+         [](Options& o, V f, V v) { o.new_tokens = parse_number<std::size_t>(f, v); }},
+        {{"--temp"}, "T", "temperature, 0 = greedy (default 0.8)",
+         [](Options& o, V f, V v) { o.temperature = parse_number<double>(f, v); }},
+        {{"--top-k"}, "N", "0 = off (default 40)", [](Options& o, V f, V v) { o.top_k = parse_number<std::size_t>(f, v); }},
+        {{"--top-p"}, "P", "1 = off (default 0.95)", [](Options& o, V f, V v) { o.top_p = parse_number<double>(f, v); }},
+        {{"--min-p"}, "P", "0 = off (default 0.05)", [](Options& o, V f, V v) { o.min_p = parse_number<double>(f, v); }},
+        {{"-s", "--seed"}, "N", "sampling seed (default: random, printed at the end)",
+         [](Options& o, V f, V v) { o.seed = parse_number<std::uint64_t>(f, v); }},
+        {{"-k", "--draft"}, "N|auto",
+         "tokens drafted per target pass (default 4); auto: the decoder chooses each\n"
+         "step's length from the acceptance and costs it measures (specdec::AutoLength)",
+         [](Options& o, V f, V length) {
+             o.auto_length = length == "auto";
+             if (!o.auto_length) o.draft_tokens = parse_number<std::size_t>(f, length);
+         }},
+        {{"--draft-max"}, "N", "with -k auto, the most tokens it drafts per pass (default 8); else as -k N",
+         [](Options& o, V f, V v) {
+             o.draft_tokens = parse_number<std::size_t>(f, v);
+             o.draft_max_given = true;
+         }},
+        {{"--lookup-ngram"}, "MIN,MAX", "n-gram sizes of prompt lookup (default 1,3)",
+         [](Options& o, V f, V range) {
+             const std::size_t comma = range.find(',');
+             if (comma == std::string_view::npos)
+                 throw UsageError("--lookup-ngram: '" + std::string(range) + "' is not MIN,MAX");
+             o.lookup_min = parse_number<std::size_t>(f, range.substr(0, comma));
+             o.lookup_max = parse_number<std::size_t>(f, range.substr(comma + 1));
+         }},
+        {{"-t", "--threads"}, "N", "threads (default: all cores)",
+         [](Options& o, V f, V v) { o.threads = parse_number<std::size_t>(f, v); }},
+        {{"-c", "--ctx-size"}, "N", "cap the context (default: the target's)",
+         [](Options& o, V f, V v) { o.context = parse_number<std::size_t>(f, v); }},
+        {{"--ignore-eos"}, "", "do not stop at the end-of-sequence token", [](Options& o, V, V) { o.ignore_eos = true; }},
+        {{"--autoregressive"}, "", "decode with the target alone (the baseline)",
+         [](Options& o, V, V) { o.autoregressive = true; }},
+        {{"--check-autoregressive"}, "", "afterwards decode with the target alone and exit 1 if the tokens differ",
+         [](Options& o, V, V) { o.check_autoregressive = true; }},
+        {{"--quiet"}, "", "print the statistics only", [](Options& o, V, V) { o.quiet = true; }},
+        {{"-h", "--help"}, "", "this text", [](Options& o, V, V) { o.help = true; }},
+    };
+    return flags;
+}
+
+std::string usage_text() {
+    return "usage: specdec-generate -m TARGET.gguf [-md DRAFT.gguf] -p PROMPT [options]\n" +
+           cli::flag_help<Options>(generate_flags()) +
+           "\nexit status: 0 success, 1 an error or (--check-autoregressive) different tokens, 2 bad command line\n";
 }
 
 Options parse(int argc, char** argv) {
     Options o;
-    for (int i = 1; i < argc; ++i) {
-        const std::string_view flag = argv[i];
-        const auto value = [&]() -> std::string_view {
-            if (i + 1 >= argc) usage_error(std::string(flag) + ": missing value");
-            return argv[++i];
-        };
-        if (flag == "-h" || flag == "--help") {
-            std::printf("%s", kUsage);
-            std::exit(0);
-        } else if (flag == "-m" || flag == "--model") {
-            o.target = value();
-        } else if (flag == "-md" || flag == "--model-draft") {
-            o.draft = value();
-        } else if (flag == "-p" || flag == "--prompt") {
-            o.prompt = value();
-        } else if (flag == "-n" || flag == "--n-predict") {
-            o.new_tokens = parse_number<std::size_t>(flag, value());
-        } else if (flag == "--temp") {
-            o.temperature = parse_number<double>(flag, value());
-        } else if (flag == "--top-k") {
-            o.top_k = parse_number<std::size_t>(flag, value());
-        } else if (flag == "--top-p") {
-            o.top_p = parse_number<double>(flag, value());
-        } else if (flag == "--min-p") {
-            o.min_p = parse_number<double>(flag, value());
-        } else if (flag == "-s" || flag == "--seed") {
-            o.seed = parse_number<std::uint64_t>(flag, value());
-        } else if (flag == "-k" || flag == "--draft") {
-            const std::string_view length = value();
-            o.auto_length = length == "auto";
-            if (!o.auto_length) o.draft_tokens = parse_number<std::size_t>(flag, length);
-        } else if (flag == "--draft-max") {
-            o.draft_tokens = parse_number<std::size_t>(flag, value());
-            o.draft_max_given = true;
-        } else if (flag == "--lookup-ngram") {
-            const std::string_view range = value();
-            const std::size_t comma = range.find(',');
-            if (comma == std::string_view::npos) usage_error("--lookup-ngram " + std::string(range) + ": expected MIN,MAX");
-            o.lookup_min = parse_number<std::size_t>(flag, range.substr(0, comma));
-            o.lookup_max = parse_number<std::size_t>(flag, range.substr(comma + 1));
-        } else if (flag == "-t" || flag == "--threads") {
-            o.threads = parse_number<std::size_t>(flag, value());
-        } else if (flag == "-c" || flag == "--ctx-size") {
-            o.context = parse_number<std::size_t>(flag, value());
-        } else if (flag == "--ignore-eos") {
-            o.ignore_eos = true;
-        } else if (flag == "--autoregressive") {
-            o.autoregressive = true;
-        } else if (flag == "--check-autoregressive") {
-            o.check_autoregressive = true;
-        } else if (flag == "--quiet") {
-            o.quiet = true;
-        } else {
-            usage_error("unknown flag " + std::string(flag));
-        }
-    }
-    if (o.target.empty()) usage_error("no target model: expected -m TARGET.gguf");
-    if (o.prompt.empty()) usage_error("no prompt: expected -p TEXT");
+    const std::vector<std::string_view> arguments(argv + 1, argv + argc);
+    cli::parse_flags<Options>(generate_flags(), arguments, o);
+    if (o.help) return o;
+    if (o.target.empty()) throw UsageError("no target model: expected -m TARGET.gguf");
+    if (o.prompt.empty()) throw UsageError("no prompt: expected -p TEXT");
     if (o.auto_length && !o.draft_max_given) o.draft_tokens = 8;
-    if (o.autoregressive && o.check_autoregressive) usage_error("--autoregressive and --check-autoregressive exclude each other");
-    if (o.check_autoregressive && o.temperature != 0.0) {
-        usage_error("--check-autoregressive compares token for token, which only greedy decoding guarantees: expected --temp 0");
-    }
+    if (o.autoregressive && o.check_autoregressive) throw UsageError("--autoregressive and --check-autoregressive exclude each other");
+    if (o.check_autoregressive && o.temperature != 0.0)
+        throw UsageError("--check-autoregressive compares token for token, which only greedy decoding guarantees: expected --temp 0");
     return o;
 }
 
@@ -290,9 +271,16 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    const Options options = parse(argc, argv);
     try {
+        const Options options = parse(argc, argv);
+        if (options.help) {
+            std::printf("%s", usage_text().c_str());
+            return 0;
+        }
         return run(options);
+    } catch (const UsageError& error) {
+        std::fprintf(stderr, "specdec-generate: %s\n", cli::one_line(error.what()).c_str());
+        return 2;
     } catch (const specdec::Error& error) {
         std::fprintf(stderr, "specdec-generate: %s\n", error.what());
         return 1;

@@ -1,11 +1,15 @@
 // specdec-bench's command line: every mistake is a UsageError (exit code 2)
 // naming the bad value, never a crash or a silently ignored option.
+#include <algorithm>
+#include <sstream>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "support/catch.hpp"
 
 #include "../../benchmarks/bench_options.hpp"
+#include "../../benchmarks/bench_runner.hpp"
 
 using specdec::bench::BenchOptions;
 using specdec::bench::UsageError;
@@ -170,4 +174,73 @@ TEST_CASE("the prompt-tokens option takes a positive count and export-gguf takes
     CHECK_THROWS_AS(parse({"--export-gguf", ""}), UsageError);
     CHECK_THROWS_AS(parse({"--export-gguf", "out", "--backend", "cuda"}), UsageError);
     CHECK_THROWS_AS(parse({"--export-gguf", "out", "--draft", "prompt-lookup"}), UsageError);
+}
+
+TEST_CASE("one flag table gives the parser, its errors and --help", "[bench][cli]") {
+    const auto& flags = specdec::bench::bench_flags();
+    const std::string usage = specdec::bench::usage_text();
+    std::vector<std::string_view> seen;
+    for (const auto& flag : flags) {
+        for (const std::string_view name : flag.names) {
+            INFO(name);
+            CHECK(std::find(seen.begin(), seen.end(), name) == seen.end());  // no name twice
+            seen.push_back(name);
+        }
+        INFO(flag.names.front());
+        CHECK(usage.find(std::string(flag.names.front())) != std::string::npos);
+        // A switch given a value and a valued flag without one are usage errors.
+        const std::string name(flag.names.front());
+        if (flag.is_switch()) CHECK_THROWS_AS(parse({name + "=1"}), UsageError);
+        else CHECK_THROWS_AS(parse({name}), UsageError);
+    }
+    // --help fits the report's width.
+    std::istringstream lines(usage);
+    for (std::string line; std::getline(lines, line);) {
+        INFO(line);
+        CHECK(line.size() <= 100);
+    }
+    CHECK(usage.find("alpha      accepted / tested drafts") != std::string::npos);  // the legend moved here
+}
+
+TEST_CASE("verbose and format choose the console report", "[bench][cli]") {
+    CHECK_FALSE(parse({}).verbose);
+    CHECK_FALSE(parse({}).markdown);
+    CHECK(parse({"--verbose"}).verbose);
+    CHECK(parse({"--format", "md"}).markdown);
+    CHECK(parse({"--format=markdown"}).markdown);
+    CHECK_FALSE(parse({"--format", "md", "--format", "text"}).markdown);
+    try {
+        (void)parse({"--format", "html"});
+        FAIL("expected a UsageError");
+    } catch (const UsageError& error) {
+        CHECK(std::string(error.what()) == "--format: 'html' is not a format, expected text or md");
+    }
+}
+
+TEST_CASE("the flags' run choices reach the runner's settings whole", "[bench][cli]") {
+    const specdec::bench::BenchOptions options =
+        parse({"--draft-tokens", "2,5,auto", "--max-draft-tokens", "6", "--rule", "block", "--temperatures", "0.5",
+               "--tree", "auto", "--tree-max-nodes", "9", "--new-tokens", "7", "--repetitions", "3", "--seed", "11",
+               "--sequential-rows", "--cold-auto"});
+    const specdec::bench::RunSettings settings(options);
+    CHECK(settings.draft_tokens == std::vector<std::size_t>{2, 5});
+    CHECK(settings.auto_length);
+    CHECK(settings.auto_max_draft_tokens == 6);
+    CHECK(settings.rules == std::vector<specdec::bench::RuleChoice>{specdec::bench::RuleChoice::block});
+    CHECK(settings.temperatures == std::vector<double>{0.5});
+    CHECK(settings.trees == std::vector<std::string>{"auto"});
+    CHECK(settings.tree_max_nodes == 9);
+    CHECK(settings.new_tokens == 7);
+    CHECK(settings.repetitions == 3);
+    CHECK(settings.time_budget_seconds == 0.0);  // --repetitions alone: exactly that many
+    CHECK(settings.seed == 11);
+    CHECK_FALSE(settings.interleave_rows);
+    CHECK_FALSE(settings.learn_auto_first);
+    // The CLI's defaults differ from the runner's own.
+    const specdec::bench::BenchOptions defaults = parse({});
+    CHECK(defaults.draft_tokens == std::vector<std::size_t>{1, 2, 3, 4});
+    CHECK(defaults.auto_length);
+    CHECK(defaults.new_tokens == 48);
+    CHECK(defaults.time_budget_seconds == 50.0);
+    CHECK(specdec::bench::RunSettings{}.new_tokens == 64);
 }

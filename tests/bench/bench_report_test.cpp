@@ -1,6 +1,7 @@
 // A tiny end-to-end run of the benchmark on the synthetic "tiny" pair: the
 // JSON report carries every field the README and 04_read_report rely on, the
 // greedy check passes, and the SVG is a complete document.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -46,7 +47,12 @@ BenchInputs tiny_inputs(const LlamaModel& target, const ModelInfo& draft_info) {
     inputs.target = describe_llama(target, true);
     inputs.draft = draft_info;
     inputs.prompt = seeded_token_prompt(3, target.vocab_size(), 8);
-    inputs.settings = RunSettings{.draft_tokens = {1, 3}, .temperatures = {0.0, 1.0}, .new_tokens = 8, .repetitions = 2, .seed = 5};
+    inputs.settings = RunSettings{};
+    inputs.settings.draft_tokens = {1, 3};
+    inputs.settings.temperatures = {0.0, 1.0};
+    inputs.settings.new_tokens = 8;
+    inputs.settings.repetitions = 2;
+    inputs.settings.seed = 5;
     inputs.cost_settings.rounds = {.min_samples = 2, .max_samples = 2, .min_seconds = 0.0};
     return inputs;
 }
@@ -56,6 +62,34 @@ void require_number(const nlohmann::json& object, const char* key) {
     REQUIRE(object.contains(key));
     REQUIRE(object[key].is_number());
     CHECK(std::isfinite(object[key].get<double>()));
+}
+
+// The report wraps long lines at spaces with an indent: joined again here, so
+// that a sentence can be searched for whole.
+std::string unwrapped(const std::string& text) {
+    std::string out;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        if (text[i] != '\n') {
+            out += text[i];
+            continue;
+        }
+        std::size_t next = i + 1;
+        while (next < text.size() && text[next] == ' ') ++next;
+        if (next > i + 1) {  // a continuation line
+            out += ' ';
+            i = next - 1;
+        } else {
+            out += '\n';
+        }
+    }
+    return out;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+    std::vector<std::string> lines;
+    std::istringstream stream(text);
+    for (std::string line; std::getline(stream, line);) lines.push_back(line);
+    return lines;
 }
 
 }  // namespace
@@ -147,8 +181,7 @@ TEST_CASE("the table and the SVG describe the same run", "[bench][report]") {
     const BenchReport report = run_benchmark(pair.draft, pair.target, inputs);
 
     std::ostringstream table;
-    print_header(table, report);
-    print_table(table, report);
+    print_report(table, report);
     CHECK(table.str().find("test cpu") != std::string::npos);
     CHECK(table.str().find("synthetic") != std::string::npos);
     CHECK(table.str().find("reproduced the autoregressive tokens exactly") != std::string::npos);
@@ -190,8 +223,9 @@ TEST_CASE("a greedy mismatch is recorded with the first differing token", "[benc
     result.draft_tokens = 2;
     report.configurations.push_back(result);
     std::ostringstream table;
-    print_table(table, report);
+    print_report(table, report);
     CHECK(table.str().find("GREEDY MISMATCH") != std::string::npos);
+    CHECK(table.str().find("greedy   identical: NO") != std::string::npos);
     CHECK(report_to_json(report)["greedy_match"] == false);
 }
 
@@ -251,7 +285,11 @@ TEST_CASE("auto and block rows report the rule, the chosen lengths and a step-ti
     print_table(table, report);
     CHECK(table.str().find("auto<=4") != std::string::npos);
     CHECK(table.str().find("2 block") != std::string::npos);
-    CHECK(table.str().find("where a step's time goes") != std::string::npos);
+    CHECK(table.str().find("where a step's time goes") == std::string::npos);  // --verbose only
+    std::ostringstream verbose;
+    print_table(verbose, report, ReportStyle{.verbose = true});
+    CHECK(verbose.str().find("where a step's time goes") != std::string::npos);
+    CHECK(verbose.str().find("acceptance by draft position") != std::string::npos);
 }
 
 TEST_CASE("block verification gets no k = 1 row beside token-wise rejection, which it equals there", "[bench][report]") {
@@ -274,7 +312,7 @@ TEST_CASE("each repetition generates from its own prompt when the run has one pe
     // prompt each of its repetitions used, and at T = 0 each greedy run must
     // still equal the autoregressive run of its own round.
     TinyPair pair;
-    RunSettings settings{.draft_tokens = {2}, .temperatures = {0.0, 1.0}, .new_tokens = 6, .repetitions = 3, .seed = 9};
+    RunSettings settings{RunChoices{.draft_tokens = {2}, .temperatures = {0.0, 1.0}, .new_tokens = 6, .repetitions = 3, .seed = 9}};
     settings.repetition_prompts = {seeded_token_prompt(9, pair.target.vocab_size(), 5),
                                    seeded_token_prompt(10, pair.target.vocab_size(), 9)};
     const std::vector<Token> unused = seeded_token_prompt(1, pair.target.vocab_size(), 3);
@@ -294,7 +332,7 @@ TEST_CASE("each repetition generates from its own prompt when the run has one pe
 
 TEST_CASE("a time budget runs whole rounds while the next one is expected to fit", "[bench][report]") {
     TinyPair pair;
-    RunSettings settings{.draft_tokens = {2}, .temperatures = {0.0, 1.0}, .new_tokens = 4, .repetitions = 5, .seed = 3};
+    RunSettings settings{RunChoices{.draft_tokens = {2}, .temperatures = {0.0, 1.0}, .new_tokens = 4, .repetitions = 5, .seed = 3}};
     const std::vector<Token> prompt = seeded_token_prompt(4, pair.target.vocab_size(), 6);
     auto rounds_of = [&](const std::vector<ConfigurationResult>& rows) {
         REQUIRE(rows.size() == 2);
@@ -340,7 +378,7 @@ TEST_CASE("a time budget runs whole rounds while the next one is expected to fit
     CHECK(json["settings"]["time_budget_seconds"].get<double>() == 1e-9);
     std::ostringstream header;
     print_header(header, report);
-    CHECK(header.str().find("2 repetitions (rounds over every row; as many as fit in 0 s, at most 4; within a round all "
+    CHECK(unwrapped(header.str()).find("2 repetitions (rounds over every row; as many as fit in 0 s, at most 4; within a round all "
                             "rows step by step in turn, the baseline whole before or after them)") != std::string::npos);
     CHECK(json["settings"]["interleaved_rows"] == true);
     // Rows one after another say so.
@@ -353,7 +391,7 @@ TEST_CASE("a time budget runs whole rounds while the next one is expected to fit
     CHECK(report_to_json(sequential)["settings"]["interleaved_rows"] == false);
     std::ostringstream sequential_header;
     print_header(sequential_header, sequential);
-    CHECK(sequential_header.str().find("at most 4; one row after another)") != std::string::npos);
+    CHECK(unwrapped(sequential_header.str()).find("at most 4; one row after another)") != std::string::npos);
 }
 
 namespace {
@@ -389,8 +427,8 @@ std::size_t interleaved_steps(const std::vector<ConfigurationResult>& rows) {
 TEST_CASE("rows advanced step by step on replicas give the counts of rows run one after another", "[bench][report]") {
     TinyPair pair;
     const std::vector<Token> prompt = seeded_token_prompt(6, pair.target.vocab_size(), 5);
-    RunSettings settings{.draft_tokens = {1, 3}, .rules = {RuleChoice::tokenwise, RuleChoice::block},
-                         .temperatures = {0.0, 1.0}, .new_tokens = 16, .repetitions = 2, .seed = 13};
+    RunSettings settings{RunChoices{.draft_tokens = {1, 3}, .rules = {RuleChoice::tokenwise, RuleChoice::block},
+                         .temperatures = {0.0, 1.0}, .new_tokens = 16, .repetitions = 2, .seed = 13}};
     settings.interleave_rows = false;
     PassLoggingModel sequential_target{pair.target.replica()};
     const std::vector<ConfigurationResult> sequential = run_configurations(pair.draft, sequential_target, prompt, settings);
@@ -451,8 +489,8 @@ TEST_CASE("rows advanced step by step on replicas give the counts of rows run on
 TEST_CASE("each auto row generates once untimed before the rounds unless measured cold", "[bench][report]") {
     TinyPair pair;
     const std::vector<Token> prompt = seeded_token_prompt(8, pair.target.vocab_size(), 5);
-    RunSettings settings{.draft_tokens = {2}, .auto_length = true, .rules = {RuleChoice::tokenwise},
-                         .temperatures = {0.0}, .new_tokens = 16, .repetitions = 1, .seed = 5};
+    RunSettings settings{RunChoices{.draft_tokens = {2}, .auto_length = true, .rules = {RuleChoice::tokenwise},
+                         .temperatures = {0.0}, .new_tokens = 16, .repetitions = 1, .seed = 5}};
     settings.warmup_tokens = 0;
     settings.interleave_rows = false;
     auto passes_and_rows = [&](bool learn_first) {
@@ -485,4 +523,110 @@ TEST_CASE("each auto row generates once untimed before the rounds unless measure
     BenchInputs inputs = tiny_inputs(pair.target, describe_llama(pair.draft, true));
     inputs.settings.learn_auto_first = false;
     CHECK(report_to_json(run_benchmark(pair.draft, pair.target, inputs))["settings"]["auto_learned_first"] == false);
+}
+
+TEST_CASE("the console report answers first, fits 100 columns and hides thin samples", "[bench][report]") {
+    TinyPair pair;
+    BenchInputs inputs = tiny_inputs(pair.target, describe_llama(pair.draft, true));
+    inputs.settings.draft_tokens = {1, 3};
+    inputs.settings.auto_length = true;
+    inputs.settings.auto_max_draft_tokens = 4;
+    inputs.settings.rules = {RuleChoice::tokenwise};
+    inputs.machine.cpu = "a CPU model name long enough to make the machine line wrap if nothing wrapped it, "
+                         "as server CPUs' names nearly do";
+    BenchReport report = run_benchmark(pair.draft, pair.target, inputs);
+    report.wall_seconds = 51.3002;
+
+    std::ostringstream text;
+    print_report(text, report);
+    const std::vector<std::string> lines = lines_of(text.str());
+    for (const std::string& line : lines) {
+        INFO(line);
+        CHECK(line.size() <= kReportColumns);
+    }
+    // The verdict comes before the table, the details after it.
+    const std::string out = text.str();
+    const std::size_t best = out.find("best     T=0 "), best_t1 = out.find("best     T=1 ");
+    const std::size_t auto_line = out.find("auto     T=0 tokenwise:"), greedy = out.find("greedy   identical: yes");
+    const std::size_t table = out.find("\nT  k  "), target = out.find("target:  ");
+    REQUIRE(best != std::string::npos);
+    REQUIRE(best_t1 != std::string::npos);
+    REQUIRE(auto_line != std::string::npos);
+    REQUIRE(greedy != std::string::npos);
+    REQUIRE(table != std::string::npos);
+    REQUIRE(target != std::string::npos);
+    CHECK(best < table);
+    CHECK(auto_line < table);
+    CHECK(greedy < table);
+    CHECK(table < target);
+    CHECK(out.find("wall time 51 s") != std::string::npos);
+    CHECK(out.find("51.3") == std::string::npos);
+    CHECK(out.find("alpha = accepted") == std::string::npos);  // the legend is in --help
+    // Auto rows print no v_k: their length varied.
+    for (const std::string& line : lines)
+        if (line.find("auto<=4") != std::string::npos && line.find("match") != std::string::npos) {
+            INFO(line);
+            CHECK(line.find(" - ") != std::string::npos);
+        }
+
+    // Per-position acceptance: 8 tokens x 2 repetitions give every position
+    // fewer proposals than the floor, so every rate reads "-"; with the counts
+    // raised above it, the rate is printed.
+    std::ostringstream verbose;
+    print_table(verbose, report, ReportStyle{.verbose = true});
+    const std::vector<std::string> verbose_lines = lines_of(verbose.str());
+    auto row_of = [&](const std::vector<std::string>& rows, const std::string& start) -> std::string {
+        bool in_acceptance = false;
+        for (const std::string& line : rows) {
+            if (line.find("acceptance by draft position") != std::string::npos) in_acceptance = true;
+            if (in_acceptance && line.rfind(start, 0) == 0) return line;
+        }
+        return "";
+    };
+    const std::string thin = row_of(verbose_lines, "0  3 ");
+    REQUIRE(!thin.empty());
+    auto position_cells = [](const std::string& line) {
+        std::istringstream stream(line);
+        std::vector<std::string> words;
+        for (std::string word; stream >> word;) words.push_back(word);
+        return std::vector<std::string>(words.begin() + std::min<std::ptrdiff_t>(3, std::ssize(words)), words.end());
+    };
+    const std::vector<std::string> thin_cells = position_cells(thin);
+    CHECK(thin_cells.size() == 4);  // positions 1..4 (the auto row drafted up to 4)
+    for (const std::string& cell : thin_cells) CHECK(cell == "-");
+    BenchReport thick = report;
+    for (ConfigurationResult& r : thick.configurations) {
+        if (r.temperature != 0.0 || r.auto_length || r.draft_tokens != 3) continue;
+        r.speculative.proposed_at_position = {kPositionSampleFloor, kPositionSampleFloor, kPositionSampleFloor - 1};
+        r.speculative.tested_at_position = r.speculative.proposed_at_position;
+        r.speculative.accepted_at_position = {kPositionSampleFloor / 2, kPositionSampleFloor / 4, 1};
+    }
+    std::ostringstream thick_out;
+    print_table(thick_out, thick, ReportStyle{.verbose = true});
+    const std::string counted = row_of(lines_of(thick_out.str()), "0  3 ");
+    REQUIRE(!counted.empty());
+    const std::vector<std::string> counted_cells = position_cells(counted);
+    REQUIRE(counted_cells.size() == 4);
+    CHECK(counted_cells[0] == "0.50");
+    CHECK(counted_cells[1] == "0.25");
+    CHECK(counted_cells[2] == "-");  // one proposal short of the floor
+    CHECK(counted_cells[3] == "-");
+
+    // Markdown: a header row, a separator, then one row per configuration, all
+    // with the same number of cells.
+    std::ostringstream md;
+    print_table(md, report, ReportStyle{.format = ReportFormat::markdown});
+    std::vector<std::string> rows;
+    for (const std::string& line : lines_of(md.str()))
+        if (!line.empty()) rows.push_back(line);
+    REQUIRE(rows.size() == report.configurations.size() + 2);
+    auto cells = [](const std::string& line) { return static_cast<std::size_t>(std::count(line.begin(), line.end(), '|')); };
+    CHECK(rows[0].rfind("| T | k | tok/s | speedup", 0) == 0);
+    CHECK(rows[1].find("---") != std::string::npos);
+    for (const std::string& row : rows) {
+        INFO(row);
+        CHECK(row.front() == '|');
+        CHECK(row.back() == '|');
+        CHECK(cells(row) == cells(rows[0]));
+    }
 }
