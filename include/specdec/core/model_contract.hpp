@@ -96,4 +96,51 @@ concept DeviceVerifyingLM =
         { model.forward_and_verify(tokens, draft, sampling, rng, position, rule) } -> std::same_as<AcceptanceResult>;
     };
 
+// One sequence's part of a multi-sequence pass (MultiSequenceLM::forward_batch).
+struct SequenceFeed {
+    std::size_t slot = 0;              // the sequence's cache slot, in [0, sequence_slots())
+    std::span<const Token> tokens;     // appended to that slot's cache, in order
+    bool last_row_only = false;        // return only the last token's row (a prompt's prefill)
+};
+
+// Extension: several independent sequences, each in a cache slot of its own,
+// scored in ONE pass (continuous batching). The slots are allocated when the
+// model is constructed; slot 0 is the cache that forward(), forward_last(),
+// truncate() and cached_tokens() use.
+//
+//  sequence_slots()         the number of slots (>= 1).
+//  cached_tokens(slot)      positions cached in that slot.
+//  forward_batch(feeds)     one pass over the tokens of every feed, a flat
+//                           ragged batch (no padding): feed i's tokens go to
+//                           the positions cached_tokens(slot) .. + size of its
+//                           slot and attend to that slot's cache only. Returns
+//                           the rows of feed 0, then feed 1, ...: one row per
+//                           token (row j predicts the token after tokens[j]),
+//                           or only the last token's row for last_row_only.
+//                           Slots must be distinct and each feed non-empty.
+//                           Throws specdec::Error for a slot out of range or
+//                           repeated, an empty feed, an id out of range, or a
+//                           feed that would overflow its slot's context; every
+//                           cache is then unchanged (validation comes first).
+//                           After the call: each fed slot holds its old
+//                           positions plus its feed; other slots are untouched.
+//  truncate(slot, n)        rolls that slot back to its first n positions
+//                           (n <= cached_tokens(slot)); the others are untouched.
+//                           truncate(slot, 0) frees the slot for a new sequence.
+//
+// Each row must not depend on the other feeds of the pass: a sequence's
+// logits are the same (bitwise on the CPU model) whatever its batch mates,
+// and the same as forward() on slot 0 gives for the same cache and tokens.
+// A model without this extension still serves the batched decoder: its
+// sequences then run one after another, each through forward().
+template <class Model>
+concept MultiSequenceLM = CausalLM<Model> && requires(Model& model, const Model& const_model,
+                                                      std::span<const SequenceFeed> feeds, std::size_t slot,
+                                                      std::size_t n) {
+    { const_model.sequence_slots() } -> std::convertible_to<std::size_t>;
+    { const_model.cached_tokens(slot) } -> std::convertible_to<std::size_t>;
+    { model.forward_batch(feeds) } -> std::convertible_to<LogitsView>;
+    { model.truncate(slot, n) };
+};
+
 }  // namespace specdec
