@@ -21,6 +21,9 @@ public:
     Model& model() { return cache_.model(); }
 
     void reset() { cache_.reset(); }
+    // The cache's bookkeeping, for a batched decoder that runs the draft
+    // passes of several sequences itself (one pass over all of them).
+    KvSync<Model>& kv_sync() { return cache_; }
 
     // Runs the draft model over history except its last token, reusing the
     // longest common prefix already in its cache (see SpeculativeDecoder::prefill).

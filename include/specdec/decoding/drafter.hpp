@@ -73,6 +73,13 @@ concept Drafter = requires(D& drafter, const DraftRequest& request) {
     { drafter.reset() };
 };
 
+// A drafter that proposes nothing: a decoder over it is plain decoding
+// (BatchedDecoder<Model, NoDrafts> is batched autoregressive decoding).
+struct NoDrafts {
+    DraftProposal propose(const DraftRequest&) const { return {}; }
+    void reset() {}
+};
+
 struct TreeDraftRequest {
     std::span<const Token> history;   // every committed token: prompt + generated so far
     // The most to propose: at most shape.size() nodes, none deeper than

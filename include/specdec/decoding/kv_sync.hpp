@@ -74,6 +74,18 @@ public:
         return logits;
     }
 
+    // Records `tokens` as appended to the cache by a pass the caller ran on
+    // the model directly (a batched pass over several sequences' slots).
+    void record_fed(std::span<const Token> tokens) {
+        cached_.insert(cached_.end(), tokens.begin(), tokens.end());
+        if (model_->cached_tokens() != cached_.size()) {
+            std::ostringstream message;
+            message << "after a batched pass the model holds " << model_->cached_tokens()
+                    << " cached positions for a sequence of " << cached_.size() << ": expected them equal";
+            throw Error(message.str());
+        }
+    }
+
     // A tree pass (TreeLM): scores nodes given as tokens with parent indices
     // without growing the cache; commit_tree() then appends one path of them.
     LogitsView forward_tree(std::span<const Token> tokens, std::span<const std::int32_t> parents)

@@ -15,6 +15,48 @@
 
 namespace specdec {
 
+namespace detail {
+
+// Draft i of `request` from the draft model's logits row for it: forms q_i
+// (unless drafting greedily), consults the request's stop rule, and appends
+// the token sampled from q_i (and q_i) to `proposal`. Returns false when the
+// stop rule ended the draft (nothing appended). Shared by ModelDrafter and
+// the batched decoder's lockstep drafting, so that both draw the same tokens.
+// Rows are added as q_i is formed: a step that stops early never zero-fills
+// rows it does not use.
+inline bool draft_from_row(std::span<const float> row, const DraftRequest& request, std::size_t i,
+                           DraftProposal& proposal) {
+    const std::size_t vocab = proposal.vocab;
+    const std::uint64_t step_key = request.history.size();
+    Token token;
+    if (!request.sampling.greedy()) {
+        proposal.probabilities.resize((i + 1) * vocab);
+        std::span<float> q{proposal.probabilities.data() + i * vocab, vocab};
+        logits_to_distribution(row, request.sampling, q, "draft model", step_key + i);
+        if (request.stop && request.stop(DraftCandidate{i, detail::row_max(q).max})) {
+            proposal.probabilities.resize(i * vocab);
+            return false;
+        }
+        token = sample_from_distribution(
+            q, request.rng.uniform(step_key, RandomPurpose::draft_sample, static_cast<std::uint32_t>(i)));
+    } else {
+        if (request.stop) {
+            const float top = detail::softmax_normaliser(row, 1.0, "draft model", nullptr, step_key + i).scale;
+            if (request.stop(DraftCandidate{i, top})) return false;
+        }
+        token = greedy_token(row, "draft model", step_key + i);
+    }
+    proposal.tokens.push_back(token);
+    return true;
+}
+
+// Asked before the pass that would form q_i: true ends the draft there.
+inline bool stop_before_pass(const DraftRequest& request, std::size_t i) {
+    return request.stop && request.stop(DraftCandidate{i, 1.0f, false});
+}
+
+}  // namespace detail
+
 template <CausalLM Model>
 class ModelDrafter : public detail::DraftModelCache<Model> {
     using Cache = detail::DraftModelCache<Model>;
@@ -38,37 +80,19 @@ public:
 
         const bool keep_q = !request.sampling.greedy();
         proposal.tokens.reserve(k);
-        // Rows are added as q_i is formed: a step that stops early (or drafts
-        // 8 at most, as `auto` may) never zero-fills rows it does not use.
         if (keep_q) proposal.probabilities.reserve(k * vocab);
 
         // Catch up on whatever the last verification committed (the last accepted
         // draft, the corrected or bonus token) in one batched pass.
         LogitsView logits = cache_.forward(cache_.uncached_suffix(request.history));
         ++proposal.forward_passes;
-        const std::uint64_t step_key = request.history.size();
         for (std::size_t i = 0; i < k; ++i) {
             check_vocab(logits);
-            Token token;
-            if (keep_q) {
-                proposal.probabilities.resize((i + 1) * vocab);
-                std::span<float> q{proposal.probabilities.data() + i * vocab, vocab};
-                logits_to_distribution(logits.last_row(), request.sampling, q, "draft model", step_key + i);
-                if (request.stop && request.stop(DraftCandidate{i, detail::row_max(q).max})) break;
-                token = sample_from_distribution(
-                    q, request.rng.uniform(step_key, RandomPurpose::draft_sample, static_cast<std::uint32_t>(i)));
-            } else {
-                if (request.stop) {
-                    const float top = detail::softmax_normaliser(logits.last_row(), 1.0, "draft model", nullptr, step_key + i).scale;
-                    if (request.stop(DraftCandidate{i, top})) break;
-                }
-                token = greedy_token(logits.last_row(), "draft model", step_key + i);
-            }
-            proposal.tokens.push_back(token);
+            if (!detail::draft_from_row(logits.last_row(), request, i, proposal)) break;
             if (i + 1 < k) {
                 // The pass that forms q_{i+1} costs as much as any draft: a
                 // stop may end the draft before spending it.
-                if (request.stop && request.stop(DraftCandidate{i + 1, 1.0f, false})) break;
+                if (detail::stop_before_pass(request, i + 1)) break;
                 logits = cache_.forward(std::span<const Token>(&proposal.tokens.back(), 1));
                 ++proposal.forward_passes;
             }

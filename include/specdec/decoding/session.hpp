@@ -264,6 +264,23 @@ protected:
         return emitted;
     }
 
+    // Per-position counters of a chain of k drafts, sized to the longest
+    // draft (options().draft_tokens).
+    void count_chain_proposal(StepRecord& step, std::size_t k) const {
+        GenerationStats& stats = step.stats();
+        stats.proposed_at_position.assign(options_.draft_tokens, 0);
+        stats.accepted_at_position.assign(options_.draft_tokens, 0);
+        stats.tested_at_position.assign(options_.draft_tokens, 0);
+        stats.draft_length_counts.assign(options_.draft_tokens + 1, 0);
+        for (std::size_t i = 0; i < k; ++i) ++stats.proposed_at_position[i];
+        ++stats.draft_length_counts[k];
+    }
+
+    // Draft i of a chain of k was tested when drafts 0..i-1 were kept.
+    static void count_chain_tests(StepRecord& step, std::size_t k, std::size_t accepted) {
+        for (std::size_t i = 0; i < std::min(k, accepted + 1); ++i) ++step.stats().tested_at_position[i];
+    }
+
     // Closes a step: its total time.
     StepResult finish_step(StepRecord& step) {
         step.stats().total_seconds = seconds_since(step.start);

@@ -79,7 +79,7 @@ public:
         });
         check_proposal(draft, k_max);
         const std::size_t k = draft.size();
-        count_proposal(step.stats(), k);
+        this->count_chain_proposal(step, k);
 
         // One target pass over [uncached history..., drafts...], then the rule.
         this->feed_pass(step, draft.tokens);
@@ -90,7 +90,7 @@ public:
         // pending (it is fed at the start of the next pass).
         target_.truncate(step.committed + verdict.accepted);
         this->emit(step, std::span<const Token>(draft.tokens).first(verdict.accepted), verdict.next_token, on_token);
-        for (std::size_t i = 0; i < std::min(k, verdict.accepted + 1); ++i) ++step.stats().tested_at_position[i];
+        this->count_chain_tests(step, k, verdict.accepted);
         return this->finish_step(step, policy_, StepOutcome{.proposed = k, .accepted = verdict.accepted});
     }
 
@@ -107,16 +107,6 @@ private:
             throw Error(message.str());
         }
         detail::check_draft_tokens(draft, target_.model().vocab_size());
-    }
-
-    // Per-position counters sized to the longest draft, and this proposal's.
-    void count_proposal(GenerationStats& stats, std::size_t k) const {
-        stats.proposed_at_position.assign(options_.draft_tokens, 0);
-        stats.accepted_at_position.assign(options_.draft_tokens, 0);
-        stats.tested_at_position.assign(options_.draft_tokens, 0);
-        stats.draft_length_counts.assign(options_.draft_tokens + 1, 0);
-        for (std::size_t i = 0; i < k; ++i) ++stats.proposed_at_position[i];
-        ++stats.draft_length_counts[k];
     }
 
     // The pass over feed_ and the rule: on the target's device when it

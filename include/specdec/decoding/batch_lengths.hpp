@@ -1,0 +1,270 @@
+#pragma once
+// Draft lengths for a batch: how many drafts each sequence of a batched step
+// proposes. A batched step costs one target pass over every sequence's
+// pending token and drafts, plus draft rounds (round r runs the draft model
+// over the sequences drafting at least r + 1 tokens). A pass that is
+// memory-bound costs about the same for one token or many, so speculation is
+// nearly free; once the batch makes it compute-bound, every draft row costs
+// its share of arithmetic, and speculation pays only where acceptance is high.
+//
+// Exactness: a plan reads the sequences' caps and what earlier steps measured
+// (acceptance counts, pass timings), never this step's drafts' outcomes or
+// the verifier's uniforms; every sequence's output keeps the target's
+// distribution whatever lengths are chosen, including 0 (plain decoding).
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <sstream>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "specdec/core/error.hpp"
+#include "specdec/decoding/acceptance_estimate.hpp"
+#include "specdec/decoding/pass_costs.hpp"
+
+namespace specdec {
+
+// One sequence as a batch policy sees it before a step.
+struct SequenceDraftQuery {
+    std::uint64_t id = 0;  // the request (its acceptance is learned per request)
+    std::size_t cap = 0;   // the most drafts it may hold (its draft_tokens, context and token budget allow)
+};
+
+// What one sequence's verification decided.
+struct SequenceOutcome {
+    std::uint64_t id = 0;
+    std::size_t proposed = 0;  // drafts the drafter returned
+    std::size_t accepted = 0;  // drafts the rule kept
+};
+
+// What one batched step measured.
+struct BatchOutcome {
+    std::span<const SequenceOutcome> sequences;  // the sequences verified in the pass
+    std::size_t target_width = 0;                // tokens in the target pass
+    double target_seconds = 0.0;
+    std::span<const std::size_t> draft_round_widths;  // sequences in each draft round
+    std::span<const double> draft_round_seconds;
+    double acceptance_seconds = 0.0;  // every sequence's rule and emission
+    double total_seconds = 0.0;       // the whole step
+};
+
+// plan(queries, lengths): lengths[i] <= queries[i].cap for each sequence.
+// observe(outcome) after each step; forget(id) when a request retires.
+template <class P>
+concept BatchLengthPolicy = requires(P& policy, std::span<const SequenceDraftQuery> queries,
+                                     std::span<std::size_t> lengths, const BatchOutcome& outcome, std::uint64_t id) {
+    { policy.plan(queries, lengths) };
+    { policy.observe(outcome) };
+    { policy.forget(id) };
+};
+
+// Every sequence drafts its cap (its own draft_tokens, where room allows).
+struct FixedBatchLength {
+    void plan(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
+        for (std::size_t i = 0; i < queries.size(); ++i) lengths[i] = queries[i].cap;
+    }
+    void observe(const BatchOutcome&) {}
+    void forget(std::uint64_t) {}
+};
+
+// Chooses every sequence's length for the batch's expected tokens per second:
+//   maximise  sum_i E_i(k_i) / T(k)   over 0 <= k_i <= cap_i, with
+//   E_i(k) = 1 + sum_{j<k} prod_{m<=j} a_{i,m}    (chain_expected_tokens)
+//   T(k)   = V(sum_i (k_i + 1)) + sum_{r < max k} D(#{i : k_i > r})
+//            + r sum_i (k_i + 1) + o,
+// where V(n) is the target pass over n tokens and D(b) a draft round over b
+// sequences (both PassCostCurve, learned online in seconds), r the
+// acceptance work per verified row and o the rest of a step. a_{i,m} is the
+// acceptance of draft m of request i, shrunk towards the batch's pooled
+// estimate while the request has few samples of its own.
+// The search adds one draft at a time to the sequence whose draft raises the
+// rate most (a draft's worth falls with its depth, its cost rises with the
+// width) and keeps the best point of that path, all k_i = 0 included: when the
+// pass is compute-bound the step is plain batched decoding, with no draft
+// round and no extra rows.
+// Warm-up: the first steps alternate between warmup_length drafts a sequence
+// and none, so that V is timed at both widths; then one step in explore_every
+// drafts one more (or, in turn, one less) per drafting sequence than planned.
+class AutoBatchLength {
+public:
+    struct Options {
+        std::size_t warmup_steps = 6;
+        std::size_t warmup_length = 4;
+        std::size_t explore_every = 16;
+        double decay = 0.98;            // per-step weight of older samples
+        double prior_strength = 4.0;    // pseudo-samples pulling a request's a_m to the pooled one
+    };
+
+    AutoBatchLength() : AutoBatchLength(Options{}) {}
+    explicit AutoBatchLength(Options options) : options_(options), pooled_(options.decay, options.prior_strength) {
+        if (!(options_.decay > 0.0 && options_.decay <= 1.0)) {
+            std::ostringstream message;
+            message << "invalid AutoBatchLength decay = " << options_.decay << ": expected a value in (0, 1]";
+            throw Error(message.str());
+        }
+        if (!(options_.prior_strength > 0.0)) {
+            std::ostringstream message;
+            message << "invalid AutoBatchLength prior_strength = " << options_.prior_strength
+                    << ": expected a positive number of pseudo-samples";
+            throw Error(message.str());
+        }
+    }
+
+    void plan(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
+        const std::size_t n = queries.size();
+        if (steps_ < options_.warmup_steps) {
+            const std::size_t k = steps_ % 2 == 0 ? options_.warmup_length : 0;
+            for (std::size_t i = 0; i < n; ++i) lengths[i] = std::min(k, queries[i].cap);
+            return;
+        }
+        search(queries, lengths);
+        if (options_.explore_every > 0 && steps_ % options_.explore_every == 0) {
+            const bool up = explorations_++ % 2 == 0;
+            bool any = false;
+            for (std::size_t i = 0; i < n; ++i) any = any || lengths[i] > 0;
+            for (std::size_t i = 0; i < n; ++i) {
+                if (up && (lengths[i] > 0 || !any)) lengths[i] = std::min(queries[i].cap, lengths[i] + 1);
+                if (!up && lengths[i] > 0) --lengths[i];
+            }
+        }
+    }
+
+    void observe(const BatchOutcome& outcome) {
+        ++steps_;
+        pooled_.age();
+        for (auto& [id, estimate] : requests_) estimate.age(options_.decay);
+        for (const SequenceOutcome& s : outcome.sequences) {
+            const std::size_t tested = std::min(s.proposed, s.accepted + 1);
+            Counts& own = requests_[s.id];
+            pooled_.reserve(s.proposed);
+            for (std::size_t m = 0; m < tested; ++m) {
+                const double kept = m < s.accepted ? 1.0 : 0.0;
+                pooled_.count(m, 0, 1.0, kept);
+                own.add(m, kept);
+            }
+        }
+        pooled_chain_ = pooled_.chain();
+        if (outcome.target_width > 0) target_.add(outcome.target_width, outcome.target_seconds, options_.decay);
+        double drafting = 0.0;
+        for (std::size_t r = 0; r < outcome.draft_round_widths.size(); ++r) {
+            draft_round_.add(outcome.draft_round_widths[r], outcome.draft_round_seconds[r], options_.decay);
+            drafting += outcome.draft_round_seconds[r];
+        }
+        if (outcome.target_width > 0) {
+            row_.add(outcome.acceptance_seconds / static_cast<double>(outcome.target_width));
+            other_.add(std::max(0.0, outcome.total_seconds - outcome.target_seconds - drafting - outcome.acceptance_seconds));
+        }
+    }
+
+    void forget(std::uint64_t id) { requests_.erase(id); }
+
+    // What the policy believes (for reports): V(n) and D(b) in seconds (-1
+    // before any timing), and the pooled acceptance of draft m.
+    [[nodiscard]] double target_pass_seconds(std::size_t n) const { return target_.at(n); }
+    [[nodiscard]] double draft_round_seconds(std::size_t b) const { return draft_round_.at(b); }
+    [[nodiscard]] double pooled_acceptance(std::size_t m) const {
+        if (pooled_chain_.empty()) return 0.5;
+        return pooled_chain_[std::min(m, pooled_chain_.size() - 1)];
+    }
+    [[nodiscard]] std::size_t steps_observed() const { return steps_; }
+
+private:
+    // A request's own decayed counts by draft position.
+    struct Counts {
+        std::vector<double> tested, accepted;
+        void age(double decay) {
+            for (double& t : tested) t *= decay;
+            for (double& a : accepted) a *= decay;
+        }
+        void add(std::size_t m, double kept) {
+            if (tested.size() <= m) tested.resize(m + 1, 0.0), accepted.resize(m + 1, 0.0);
+            tested[m] += 1.0;
+            accepted[m] += kept;
+        }
+    };
+
+    [[nodiscard]] double acceptance(const Counts* own, std::size_t m) const {
+        const double prior = pooled_acceptance(m);
+        if (own == nullptr || m >= own->tested.size()) return prior;
+        return (own->accepted[m] + options_.prior_strength * prior) / (own->tested[m] + options_.prior_strength);
+    }
+
+    // V and D where timed; before any timing, dear (one second), so that
+    // nothing untimed looks free.
+    [[nodiscard]] double pass_seconds(std::size_t n) const {
+        const double v = target_.at(n);
+        return v < 0.0 ? 1.0 : v;
+    }
+    [[nodiscard]] double round_seconds(std::size_t b) const {
+        if (b == 0) return 0.0;
+        const double d = draft_round_.at(b);
+        return d < 0.0 ? 1.0 : d;
+    }
+
+    void search(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
+        const std::size_t n = queries.size();
+        std::size_t most = 0;
+        for (const SequenceDraftQuery& q : queries) most = std::max(most, q.cap);
+        // gain_[i * (most + 1) + j]: what draft j adds to E_i (prod_{m<=j} a_{i,m}).
+        gain_.assign(n * (most + 1), 0.0);
+        for (std::size_t i = 0; i < n; ++i) {
+            const auto found = requests_.find(queries[i].id);
+            const Counts* own = found == requests_.end() ? nullptr : &found->second;
+            double survive = 1.0;
+            for (std::size_t j = 0; j < queries[i].cap; ++j) {
+                survive *= acceptance(own, j);
+                gain_[i * (most + 1) + j] = survive;
+            }
+        }
+        // drafting_[r]: sequences drafting at least r + 1 tokens.
+        drafting_.assign(most + 1, 0);
+        std::fill(lengths.begin(), lengths.end(), 0);
+        double tokens = static_cast<double>(n), rounds = 0.0;
+        std::size_t width = n;
+        const double r = row_.value(), o = other_.value();
+        auto seconds = [&](std::size_t w, double draft) { return pass_seconds(w) + draft + r * static_cast<double>(w) + o; };
+        double best_rate = tokens / seconds(width, 0.0);
+        best_.assign(lengths.begin(), lengths.end());
+        for (;;) {
+            std::size_t pick = n;
+            double pick_rate = -1.0, pick_rounds = 0.0;
+            for (std::size_t i = 0; i < n; ++i) {
+                const std::size_t j = lengths[i];
+                if (j >= queries[i].cap) continue;
+                const double more_rounds =
+                    rounds + round_seconds(drafting_[j] + 1) - round_seconds(drafting_[j]);
+                const double rate = (tokens + gain_[i * (most + 1) + j]) / seconds(width + 1, more_rounds);
+                if (rate > pick_rate) {
+                    pick_rate = rate;
+                    pick = i;
+                    pick_rounds = more_rounds;
+                }
+            }
+            if (pick == n) break;
+            tokens += gain_[pick * (most + 1) + lengths[pick]];
+            ++drafting_[lengths[pick]];
+            ++lengths[pick];
+            ++width;
+            rounds = pick_rounds;
+            if (pick_rate > best_rate) {
+                best_rate = pick_rate;
+                best_.assign(lengths.begin(), lengths.end());
+            }
+        }
+        std::copy(best_.begin(), best_.end(), lengths.begin());
+    }
+
+    Options options_;
+    std::size_t steps_ = 0, explorations_ = 0;
+    AcceptanceEstimate pooled_;
+    std::vector<double> pooled_chain_;
+    std::unordered_map<std::uint64_t, Counts> requests_;
+    PassCostCurve target_, draft_round_;
+    RecentTimings row_, other_;
+    std::vector<double> gain_;
+    std::vector<std::size_t> drafting_, best_;
+};
+
+}  // namespace specdec

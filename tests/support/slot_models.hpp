@@ -1,0 +1,75 @@
+#pragma once
+// A MultiSequenceLM made of several copies of a single-sequence model, one
+// per slot: forward_batch runs each feed through its own copy in turn. Rows
+// are then independent of the batch by construction, which makes it the
+// reference for the batched decoder's bookkeeping (which rows belong to whom,
+// rollback per slot, admission and retirement) on any CausalLM, such as the
+// small exact models of the chi-square tests.
+#include <cstddef>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "specdec/core/error.hpp"
+#include "specdec/core/model_contract.hpp"
+
+namespace specdec::test {
+
+template <CausalLM Model>
+class MultiSlot {
+public:
+    MultiSlot(std::size_t slots, const std::function<Model()>& make) {
+        for (std::size_t s = 0; s < slots; ++s) models_.push_back(make());
+    }
+
+    [[nodiscard]] std::size_t sequence_slots() const { return models_.size(); }
+    [[nodiscard]] std::size_t vocab_size() const { return models_[0].vocab_size(); }
+    [[nodiscard]] std::size_t context_length() const { return models_[0].context_length(); }
+    [[nodiscard]] std::size_t cached_tokens() const { return models_[0].cached_tokens(); }
+    [[nodiscard]] std::size_t cached_tokens(std::size_t slot) const { return at(slot).cached_tokens(); }
+    [[nodiscard]] Model& slot_model(std::size_t slot) { return models_.at(slot); }
+    [[nodiscard]] std::size_t batched_passes() const { return passes_; }
+
+    LogitsView forward(std::span<const Token> tokens) { return models_[0].forward(tokens); }
+    void truncate(std::size_t n) { models_[0].truncate(n); }
+    void truncate(std::size_t slot, std::size_t n) { at(slot).truncate(n); }
+
+    LogitsView forward_batch(std::span<const SequenceFeed> feeds) {
+        std::vector<bool> seen(models_.size(), false);
+        for (const SequenceFeed& feed : feeds) {
+            if (feed.slot >= models_.size() || seen[feed.slot] || feed.tokens.empty()) {
+                throw Error("MultiSlot forward_batch: slot " + std::to_string(feed.slot) +
+                            " is out of range, repeated, or fed no tokens");
+            }
+            seen[feed.slot] = true;
+        }
+        ++passes_;
+        const std::size_t vocab = vocab_size();
+        rows_.clear();
+        for (const SequenceFeed& feed : feeds) {
+            const LogitsView view = at(feed.slot).forward(feed.tokens);
+            for (std::size_t r = feed.last_row_only ? view.rows - 1 : 0; r < view.rows; ++r) {
+                const std::span<const float> row = view.row(r);
+                rows_.insert(rows_.end(), row.begin(), row.end());
+            }
+        }
+        return LogitsView{rows_.data(), rows_.size() / vocab, vocab, vocab};
+    }
+
+private:
+    Model& at(std::size_t slot) {
+        if (slot >= models_.size()) throw Error("MultiSlot: slot " + std::to_string(slot) + " out of range");
+        return models_[slot];
+    }
+    const Model& at(std::size_t slot) const {
+        if (slot >= models_.size()) throw Error("MultiSlot: slot " + std::to_string(slot) + " out of range");
+        return models_[slot];
+    }
+
+    std::vector<Model> models_;
+    std::vector<float> rows_;
+    std::size_t passes_ = 0;
+};
+
+}  // namespace specdec::test
