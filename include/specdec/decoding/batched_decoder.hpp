@@ -242,7 +242,9 @@ public:
 // as many slots as the target to batch requests), a Drafter shared by every
 // request (it must keep no per-request state, like PromptLookupDrafter), or
 // NoDrafts for batched plain decoding.
-// Rule: the acceptance rule at temperature > 0 (greedy verification at 0).
+// Rule: the acceptance rule at temperature > 0 (greedy verification at 0);
+// submit() may give a request its own (with ChosenRule, token-wise and block
+// verification per request in one batch).
 // Policy: each request's draft length per step (batch_lengths.hpp); a
 // request's DecodingOptions::draft_tokens is its maximum.
 template <CausalLM Target, class Draft, AcceptanceRule Rule = TokenwiseRejection,
@@ -274,6 +276,7 @@ public:
             }
         }
         if constexpr (kLockstep) draft_model_ = &draft.source;
+        rules_.assign(slots, rule_);
     }
 
     // Queues a request; it starts at the next step with a free slot. Throws
@@ -281,11 +284,16 @@ public:
     // prompt, an id outside the vocabulary or a prompt longer than the
     // target's context. `on_token` (optional) streams its tokens.
     RequestId submit(std::span<const Token> prompt, DecodingOptions options = {}, TokenStream on_token = {}) {
+        return submit(prompt, std::move(options), std::move(on_token), rule_);
+    }
+    // The same with this request's own acceptance rule (e.g. a ChosenRule
+    // per request, so that token-wise and block requests share a batch).
+    RequestId submit(std::span<const Token> prompt, DecodingOptions options, TokenStream on_token, Rule rule) {
         validate(options, /*speculative=*/kDrafts);
         detail::check_prompt(prompt, target_->vocab_size(), target_->context_length());
         const RequestId id = next_id_++;
         waiting_.push_back(Waiting{id, std::vector<Token>(prompt.begin(), prompt.end()), std::move(options),
-                                   std::move(on_token)});
+                                   std::move(on_token), std::move(rule)});
         return id;
     }
 
@@ -397,6 +405,7 @@ private:
         std::vector<Token> prompt;
         DecodingOptions options;
         TokenStream stream;
+        Rule rule;
     };
     // A request in this step.
     struct Active {
@@ -419,6 +428,7 @@ private:
             waiting_.pop_front();
             try {
                 slot->admit(request.id, request.prompt, std::move(request.options), std::move(request.stream));
+                rules_[slot_index(*slot)] = std::move(request.rule);
                 ++report.admitted;
             } catch (const Error& error) {
                 slot->occupied = true;
@@ -585,7 +595,8 @@ private:
             try {
                 const LogitsView rows_of_a{all.data + a.first_row * all.row_stride, a.rows, all.vocab, all.row_stride};
                 const std::size_t before = a.slot->result.tokens.size();
-                a.accepted = a.slot->verify_and_emit(a.record, a.proposal, rows_of_a, rule_, lazy_, scratch_, a.done);
+                a.accepted = a.slot->verify_and_emit(a.record, a.proposal, rows_of_a, rules_[slot_index(*a.slot)], lazy_,
+                                                     scratch_, a.done);
                 a.verified = true;
                 report.emitted += a.slot->result.tokens.size() - before;
             } catch (const Error& error) {
@@ -622,6 +633,8 @@ private:
         }
     }
 
+    [[nodiscard]] std::size_t slot_index(const Slot& slot) const { return slot.target_slot(); }
+
     static void fail(Active& a, const Error& error) {
         a.failed = true;
         a.error = error.what();
@@ -630,6 +643,7 @@ private:
     Target* target_;
     std::conditional_t<kLockstep, Draft*, std::nullptr_t> draft_model_{};
     Rule rule_;
+    std::vector<Rule> rules_;  // the rule of the request in each slot
     Policy policy_;
     std::deque<detail::SlotModel<Target>> target_slots_;
     std::deque<typename detail::BatchDraftFor<Draft>::Model> draft_slots_;

@@ -367,6 +367,18 @@ struct BlockVerification {
     }
 };
 
+// Either rule, chosen at run time: for a batched decoder whose requests
+// choose their own rule (BatchedDecoder::submit takes one per request).
+struct ChosenRule {
+    enum class Kind { tokenwise, block };
+    Kind kind = Kind::tokenwise;
+    AcceptanceResult operator()(const DraftProposal& draft, DistributionRows p, const CounterRng& rng,
+                                std::uint64_t first_position) const {
+        return kind == Kind::block ? accept_block_verification(draft, p, rng, first_position)
+                                   : accept_rejection_sampling(draft, p, rng, first_position);
+    }
+};
+
 template <class Rule>
 concept AcceptanceRule = requires(const Rule& rule, const DraftProposal& draft, DistributionRows p,
                                   const CounterRng& rng, std::uint64_t position) {
