@@ -32,6 +32,8 @@
 #include "specdec/core/tree_proposal.hpp"
 #include "specdec/core/types.hpp"
 #include "specdec/decoding/autoregressive_decoder.hpp"
+#include "specdec/decoding/batch_lengths.hpp"
+#include "specdec/decoding/batched_decoder.hpp"
 #include "specdec/decoding/decoding_options.hpp"
 #include "specdec/decoding/generation_result.hpp"
 #include "specdec/decoding/drafter.hpp"
