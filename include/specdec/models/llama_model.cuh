@@ -15,6 +15,20 @@
 // device, runs the sampling transforms and the acceptance rule there, and
 // copies back only the accepted count and the next token).
 //
+// Several sequences (specdec::MultiSequenceLM): CudaModelOptions::sequences
+// KV cache slots are allocated once at construction, each of context_length()
+// positions, so the cache takes
+//
+//   kv_cache_bytes() = sequences x context_length() x kv_bytes_per_position(),
+//   kv_bytes_per_position() = layers x 2 (key, value) x kv_dim x 4 (fp32)
+//
+// of device memory. forward_batch() runs every weight GEMM once over the
+// total width of the pass (all feeds' tokens side by side); RoPE, the cache
+// writes and attention are launched per feed over that feed's slot only, with
+// the same kernels forward() uses, and the output head runs over the returned
+// rows only. Slot 0 is the cache of forward(), forward_and_verify(),
+// truncate(n) and cached_tokens().
+//
 // Chain-only: it has no tree pass (specdec::TreeLM: forward_tree,
 // commit_tree), so the tree decoders do not compile with it as their model;
 // the chain decoders run it. The CPU LlamaModel has the tree pass.
@@ -23,10 +37,14 @@
 // shape is captured once into a CUDA graph and replayed; the number of cached
 // positions is read by the kernels from device memory, so one graph serves
 // every position. If capture is not possible the model runs the same kernels
-// eagerly.
+// eagerly. forward_batch() always runs eagerly: its shape (the feeds' slots,
+// sizes and returned rows) changes from step to step under continuous
+// batching, and a graph bakes in the slots' cache addresses, so it never
+// replays a graph captured for another shape.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -63,6 +81,7 @@ struct CudaModelOptions {
     std::size_t max_context = 0;           // caps the KV cache (and context_length()); 0 = the model's context length
     bool cuda_graphs = true;               // replay captured graphs instead of launching kernel by kernel
     std::string name;                      // shown by name(); empty = a description of the shape
+    std::size_t sequences = 1;             // KV cache slots (MultiSequenceLM), each of the full context
 };
 
 namespace detail {
@@ -89,9 +108,9 @@ struct CudaLlamaState {
     CublasHandle cublas{stream.get()};
     DeviceBuffer<std::byte> cublas_workspace;
     DeviceLlamaWeights weights;
-    std::size_t capacity = 0;    // KV cache positions
-    std::size_t cached = 0;      // positions currently valid
-    DeviceBuffer<float> kv_cache;  // [layer][key|value][position][kv_dim], fp32
+    std::size_t capacity = 0;          // KV cache positions per slot
+    std::vector<std::size_t> cached;   // positions currently valid, per slot (slot 0: forward())
+    DeviceBuffer<float> kv_cache;      // [slot][layer][key|value][position][kv_dim], fp32
     DeviceBuffer<float> inverse_frequencies;
     float position_scale = 1.0f;
 
@@ -104,6 +123,10 @@ struct CudaLlamaState {
     DeviceBuffer<float> x, qkv, gate_up, logits;
     DeviceBuffer<std::byte> normed, attention_out, hidden;  // GEMM inputs in the weights' precision
     PinnedBuffer<float> host_logits;
+    // forward_batch's cached positions per feed: apart from `past`, whose
+    // address the captured single-sequence graphs hold.
+    PinnedBuffer<int> host_feed_past;
+    DeviceBuffer<int> feed_past;
 
     bool graphs_enabled = true;
     std::map<std::pair<std::size_t, std::size_t>, std::unique_ptr<GraphExec>> graphs;  // (tokens, logits rows)
@@ -111,11 +134,12 @@ struct CudaLlamaState {
 
     DeviceVerifier verifier;
 
-    [[nodiscard]] float* keys(std::size_t layer) {
-        return kv_cache.data() + (2 * layer) * capacity * weights.config.kv_dim();
+    // Each slot's layers are contiguous: slot s, layer l starts at block (s x layers + l) x 2.
+    [[nodiscard]] float* keys(std::size_t layer, std::size_t slot = 0) {
+        return kv_cache.data() + (2 * (slot * weights.config.layer_count + layer)) * capacity * weights.config.kv_dim();
     }
-    [[nodiscard]] float* values(std::size_t layer) {
-        return kv_cache.data() + (2 * layer + 1) * capacity * weights.config.kv_dim();
+    [[nodiscard]] float* values(std::size_t layer, std::size_t slot = 0) {
+        return kv_cache.data() + (2 * (slot * weights.config.layer_count + layer) + 1) * capacity * weights.config.kv_dim();
     }
 };
 
@@ -167,7 +191,21 @@ public:
 
     [[nodiscard]] std::size_t vocab_size() const noexcept { return state_->weights.config.vocab_size; }
     [[nodiscard]] std::size_t context_length() const noexcept { return state_->capacity; }
-    [[nodiscard]] std::size_t cached_tokens() const noexcept { return state_->cached; }
+    [[nodiscard]] std::size_t cached_tokens() const noexcept { return state_->cached[0]; }
+    [[nodiscard]] std::size_t sequence_slots() const noexcept { return state_->cached.size(); }
+    [[nodiscard]] std::size_t cached_tokens(std::size_t slot) const {
+        check_slot(slot, "cached_tokens");
+        return state_->cached[slot];
+    }
+    // Device memory of one cached position of one slot: every layer's key and value rows, fp32.
+    [[nodiscard]] std::size_t kv_bytes_per_position() const noexcept {
+        const LlamaConfig& c = state_->weights.config;
+        return c.layer_count * 2 * c.kv_dim() * sizeof(float);
+    }
+    // sequence_slots() x context_length() x kv_bytes_per_position(), allocated at construction.
+    [[nodiscard]] std::size_t kv_cache_bytes() const noexcept {
+        return sequence_slots() * context_length() * kv_bytes_per_position();
+    }
     [[nodiscard]] const LlamaConfig& config() const noexcept { return state_->weights.config; }
     [[nodiscard]] Precision precision() const noexcept { return state_->weights.precision; }
     [[nodiscard]] const std::string& name() const noexcept { return name_; }
@@ -181,11 +219,58 @@ public:
     // O(1): the cache is indexed by absolute position; the next forward
     // overwrites the discarded positions.
     void truncate(std::size_t positions) {
-        if (positions > state_->cached) {
+        if (positions > state_->cached[0]) {
             throw Error("cuda backend: truncate(" + std::to_string(positions) + ") beyond the " +
-                        std::to_string(state_->cached) + " cached positions of " + name_);
+                        std::to_string(state_->cached[0]) + " cached positions of " + name_);
         }
-        state_->cached = positions;
+        state_->cached[0] = positions;
+    }
+
+    // Rolls one slot back to its first `positions` positions (O(1), as
+    // truncate(n)); the other slots are untouched. truncate(slot, 0) frees it.
+    void truncate(std::size_t slot, std::size_t positions) {
+        check_slot(slot, "truncate");
+        if (positions > state_->cached[slot]) {
+            throw Error("cuda backend: truncate(" + std::to_string(slot) + ", " + std::to_string(positions) +
+                        ") beyond the " + std::to_string(state_->cached[slot]) + " cached positions of slot " +
+                        std::to_string(slot) + " of " + name_);
+        }
+        state_->cached[slot] = positions;
+    }
+
+    // One pass over every feed's tokens (MultiSequenceLM::forward_batch):
+    // returns feed 0's rows, then feed 1's, ... (one row per token, or the
+    // last token's row for last_row_only), in pinned host memory, valid until
+    // the next forward, forward_batch or truncate. Every feed is checked
+    // before anything runs: on an error no cache has changed.
+    LogitsView forward_batch(std::span<const SequenceFeed> feeds) {
+        check_feeds(feeds);
+        detail::CudaLlamaState& s = *state_;
+        const std::size_t vocab = vocab_size();
+        if (feeds.empty()) return LogitsView{s.host_logits.data(), 0, vocab, vocab};
+        std::size_t total = 0, rows = 0;
+        for (const SequenceFeed& feed : feeds) {
+            total += feed.tokens.size();
+            rows += feed.last_row_only ? 1 : feed.tokens.size();
+        }
+        reserve_rows(total);
+        s.host_feed_past.resize(feeds.size());
+        s.feed_past.resize(feeds.size());
+        // The previous pass has finished (every public call synchronises), so the pinned inputs are free.
+        std::size_t offset = 0;
+        for (std::size_t f = 0; f < feeds.size(); ++f) {
+            std::copy(feeds[f].tokens.begin(), feeds[f].tokens.end(), s.host_tokens.data() + offset);
+            offset += feeds[f].tokens.size();
+            s.host_feed_past.data()[f] = static_cast<int>(s.cached[feeds[f].slot]);
+        }
+        copy_to_device(s.tokens.data(), s.host_tokens.data(), total, s.stream.get());
+        copy_to_device(s.feed_past.data(), s.host_feed_past.data(), feeds.size(), s.stream.get());
+        detail::dispatch_precision(s.weights.precision, [&]<class T>() { enqueue_batch_pass_as<T>(feeds, total); });
+        s.host_logits.resize(rows * vocab);
+        copy_to_host(s.host_logits.data(), s.logits.data(), rows * vocab, s.stream.get());
+        s.stream.synchronize();
+        for (const SequenceFeed& feed : feeds) s.cached[feed.slot] += feed.tokens.size();
+        return LogitsView{s.host_logits.data(), rows, vocab, vocab};
     }
 
     // Appends the tokens to the cache and returns one logits row per token, in
@@ -199,7 +284,7 @@ public:
         s.host_logits.resize(n * vocab);
         copy_to_host(s.host_logits.data(), s.logits.data(), n * vocab, s.stream.get());
         s.stream.synchronize();
-        s.cached += n;
+        s.cached[0] += n;
         return LogitsView{s.host_logits.data(), n, vocab, vocab};
     }
 
@@ -223,7 +308,7 @@ public:
         detail::CudaLlamaState& s = *state_;
         const AcceptanceResult verdict = s.verifier.verify(s.logits.data(), rows, vocab_size(), vocab_size(), draft,
                                                            sampling, rng, first_position, s.stream.get());
-        s.cached += tokens.size();
+        s.cached[0] += tokens.size();
         return verdict;
     }
 
@@ -248,7 +333,9 @@ private:
                         " is not supported: expected an even size of at most " + std::to_string(detail::kMaxHeadDim));
         }
         s.capacity = options.max_context == 0 ? c.context_length : std::min(options.max_context, c.context_length);
-        s.kv_cache.resize(c.layer_count * 2 * s.capacity * c.kv_dim());
+        if (options.sequences == 0) throw Error("cuda backend: CudaModelOptions::sequences must be at least 1, got 0");
+        s.cached.assign(options.sequences, 0);
+        s.kv_cache.resize(options.sequences * c.layer_count * 2 * s.capacity * c.kv_dim());
         if (c.rope_style != RopeStyle::adjacent_pairs) {
             throw Error("specdec::cuda: RoPE on halves of the head (qwen2's layout) is not implemented on the GPU; "
                         "expected adjacent-pair RoPE (the llama architecture) or the CPU model");
@@ -278,10 +365,50 @@ private:
                             std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
             }
         }
-        if (state_->cached + tokens.size() > state_->capacity) {
+        if (state_->cached[0] + tokens.size() > state_->capacity) {
             throw Error("cuda backend: " + name_ + ": forward of " + std::to_string(tokens.size()) + " tokens after " +
-                        std::to_string(state_->cached) + " cached positions overflows the context length " +
+                        std::to_string(state_->cached[0]) + " cached positions overflows the context length " +
                         std::to_string(state_->capacity));
+        }
+    }
+
+    void check_slot(std::size_t slot, const char* who) const {
+        if (slot >= sequence_slots()) {
+            throw Error(std::string("cuda backend: ") + name_ + ": " + who + ": slot " + std::to_string(slot) +
+                        " is out of range [0, " + std::to_string(sequence_slots()) + ")");
+        }
+    }
+
+    // Everything forward_batch can reject, before any state changes.
+    void check_feeds(std::span<const SequenceFeed> feeds) const {
+        const std::size_t vocab = vocab_size(), slots = sequence_slots();
+        std::vector<std::size_t> feed_of_slot(slots, feeds.size());  // feeds.size() = not fed yet
+        for (std::size_t f = 0; f < feeds.size(); ++f) {
+            const SequenceFeed& feed = feeds[f];
+            const std::string where = "cuda backend: " + name_ + ": forward_batch feed " + std::to_string(f);
+            if (feed.slot >= slots) {
+                throw Error(where + ": slot " + std::to_string(feed.slot) + " is out of range [0, " +
+                            std::to_string(slots) + ")");
+            }
+            if (feed_of_slot[feed.slot] != feeds.size()) {
+                throw Error(where + ": slot " + std::to_string(feed.slot) + " is already fed by feed " +
+                            std::to_string(feed_of_slot[feed.slot]) + " (each slot at most once per pass)");
+            }
+            feed_of_slot[feed.slot] = f;
+            if (feed.tokens.empty()) throw Error(where + " (slot " + std::to_string(feed.slot) + ") has no tokens");
+            for (std::size_t i = 0; i < feed.tokens.size(); ++i) {
+                const Token token = feed.tokens[i];
+                if (token < 0 || static_cast<std::size_t>(token) >= vocab) {
+                    throw Error(where + ": token id " + std::to_string(token) + " at index " + std::to_string(i) +
+                                " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+                }
+            }
+            const std::size_t cached = state_->cached[feed.slot];
+            if (cached + feed.tokens.size() > state_->capacity) {
+                throw Error(where + ": " + std::to_string(feed.tokens.size()) + " tokens after " +
+                            std::to_string(cached) + " cached positions of slot " + std::to_string(feed.slot) +
+                            " overflow the context length " + std::to_string(state_->capacity));
+            }
         }
     }
 
@@ -315,7 +442,7 @@ private:
         reserve_rows(n);
         std::copy(tokens.begin(), tokens.end(), s.host_tokens.data());
         // The previous pass has finished (every public call synchronises), so the pinned inputs are free.
-        s.host_past.data()[0] = static_cast<int>(s.cached);
+        s.host_past.data()[0] = static_cast<int>(s.cached[0]);
         copy_to_device(s.tokens.data(), s.host_tokens.data(), n, s.stream.get());
         copy_to_device(s.past.data(), s.host_past.data(), 1, s.stream.get());
         if (s.graphs_enabled) {
@@ -402,12 +529,79 @@ private:
                         false);
     }
 
+    // forward_batch's pass: the feeds' tokens side by side in s.tokens (feed f
+    // from row start_f), each feed's cached positions in s.feed_past[f]. The
+    // GEMMs run once over all `total` rows; the per-token kernels that read or
+    // write a cache (RoPE and the cache store, attention) run per feed, on
+    // that feed's rows and slot, exactly as enqueue_pass_as runs them for one
+    // sequence. The returned rows (all of a feed's, or its last) are
+    // normalised into consecutive rows of s.normed, in feed order, so that the
+    // head's GEMM writes them to s.logits in the order forward_batch returns.
+    template <class T>
+    void enqueue_batch_pass_as(std::span<const SequenceFeed> feeds, std::size_t total) {
+        detail::CudaLlamaState& s = *state_;
+        const DeviceLlamaWeights& w = s.weights;
+        const LlamaConfig& c = w.config;
+        const cudaStream_t stream = s.stream.get();
+        const cublasHandle_t blas = s.cublas.get();
+        const int n = static_cast<int>(total);
+        const int dim = static_cast<int>(c.embedding_dim), kv = static_cast<int>(c.kv_dim());
+        const int ffn = static_cast<int>(c.feed_forward_dim), vocab = static_cast<int>(c.vocab_size);
+        const int head_dim = static_cast<int>(c.head_dim()), heads = static_cast<int>(c.head_count);
+        const int group = static_cast<int>(c.head_count / c.kv_heads());
+        const std::size_t qkv_width = c.embedding_dim + 2 * c.kv_dim();
+        auto as = [](auto& buffer) { return reinterpret_cast<T*>(buffer.data()); };
+        auto weights = [](const DeviceBuffer<std::byte>& buffer) { return reinterpret_cast<const T*>(buffer.data()); };
+
+        detail::launch_embedding<T>(s.tokens.data(), weights(w.token_embedding), s.x.data(), n, dim, stream);
+        for (std::size_t layer = 0; layer < c.layer_count; ++layer) {
+            const DeviceLayerWeights& l = w.layers[layer];
+            detail::launch_rms_norm<T>(s.x.data(), l.attention_norm.data(), as(s.normed), n, dim, c.rms_norm_eps, stream);
+            detail::gemm<T>(blas, weights(l.qkv), as(s.normed), s.qkv.data(), dim + 2 * kv, dim, n, false);
+            std::size_t start = 0;  // the feed's first row
+            for (std::size_t f = 0; f < feeds.size(); ++f) {
+                const std::size_t slot = feeds[f].slot;
+                const int rows = static_cast<int>(feeds[f].tokens.size());
+                float* qkv = s.qkv.data() + start * qkv_width;
+                const int* past = s.feed_past.data() + f;
+                detail::launch_rope_and_store_kv(qkv, s.keys(layer, slot), s.values(layer, slot), past,
+                                                 s.inverse_frequencies.data(), s.position_scale, rows, dim, kv,
+                                                 head_dim, static_cast<int>(c.rotary_dim()), stream);
+                detail::launch_attention<T>(qkv, s.keys(layer, slot), s.values(layer, slot), past,
+                                            as(s.attention_out) + start * c.embedding_dim, rows, heads, dim, kv,
+                                            head_dim, group, stream);
+                start += feeds[f].tokens.size();
+            }
+            detail::gemm<T>(blas, weights(l.attention_output), as(s.attention_out), s.x.data(), dim, dim, n, true);
+
+            detail::launch_rms_norm<T>(s.x.data(), l.ffn_norm.data(), as(s.normed), n, dim, c.rms_norm_eps, stream);
+            detail::gemm<T>(blas, weights(l.gate_up), as(s.normed), s.gate_up.data(), 2 * ffn, dim, n, false);
+            detail::launch_swiglu<T>(s.gate_up.data(), as(s.hidden), n, ffn, stream);
+            detail::gemm<T>(blas, weights(l.down), as(s.hidden), s.x.data(), dim, ffn, n, true);
+        }
+        // The returned rows only go through the final norm and the head.
+        std::size_t start = 0, returned = 0;
+        for (const SequenceFeed& feed : feeds) {
+            const std::size_t size = feed.tokens.size();
+            const std::size_t first = feed.last_row_only ? start + size - 1 : start;
+            const std::size_t rows = feed.last_row_only ? 1 : size;
+            detail::launch_rms_norm<T>(s.x.data() + first * c.embedding_dim, w.output_norm.data(),
+                                       as(s.normed) + returned * c.embedding_dim, static_cast<int>(rows), dim,
+                                       c.rms_norm_eps, stream);
+            start += size;
+            returned += rows;
+        }
+        detail::gemm<T>(blas, weights(w.output), as(s.normed), s.logits.data(), vocab, dim, static_cast<int>(returned),
+                        false);
+    }
+
     std::string name_;
     std::unique_ptr<detail::CudaLlamaState> state_;
 };
 
 static_assert(CausalLM<CudaLlamaModel>);
 static_assert(DeviceVerifyingLM<CudaLlamaModel, TokenwiseRejection>);
+static_assert(MultiSequenceLM<CudaLlamaModel>);
 // Stated so that giving the model a tree pass is a deliberate change of this line.
 static_assert(!TreeLM<CudaLlamaModel>, "CudaLlamaModel is chain-only: it has no forward_tree / commit_tree");
 
