@@ -84,14 +84,22 @@ struct FixedBatchLength {
 // width) and keeps the best point of that path, all k_i = 0 included: when the
 // pass is compute-bound the step is plain batched decoding, with no draft
 // round and no extra rows.
-// Warm-up: the first steps alternate between warmup_length drafts a sequence
-// and none, so that V is timed at both widths; then one step in explore_every
-// drafts one more (or, in turn, one less) per drafting sequence than planned.
+// Warm-up: the first steps alternate plain steps (V at the batch's width)
+// with drafting steps of warmup_length, 1, 2, ... drafts, so that V and D are
+// timed at several widths and acceptance at every position. Only a few
+// sequences draft in a warm-up step (at most warmup_rows draft rows in all,
+// in turn across the batch): a large batch, whose pass is compute-bound, does
+// not pay a full-length draft for every sequence to learn that speculation
+// does not pay. Then one step in explore_every drafts one more (or, in turn,
+// one less) per drafting sequence than planned; when none drafts, a few
+// sequences draft one token, so that the widths just above the plain pass
+// stay timed.
 class AutoBatchLength {
 public:
     struct Options {
         std::size_t warmup_steps = 6;
         std::size_t warmup_length = 4;
+        std::size_t warmup_rows = 8;    // draft rows a warm-up or exploration step adds at most
         std::size_t explore_every = 16;
         double decay = 0.98;            // per-step weight of older samples
         double prior_strength = 4.0;    // pseudo-samples pulling a request's a_m to the pooled one
@@ -115,8 +123,11 @@ public:
     void plan(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
         const std::size_t n = queries.size();
         if (steps_ < options_.warmup_steps) {
-            const std::size_t k = steps_ % 2 == 0 ? options_.warmup_length : 0;
-            for (std::size_t i = 0; i < n; ++i) lengths[i] = std::min(k, queries[i].cap);
+            std::fill(lengths.begin(), lengths.end(), 0);
+            if (steps_ % 2 == 1) {
+                const std::size_t turn = steps_ / 2;
+                draft_a_few(queries, lengths, turn == 0 ? options_.warmup_length : turn);
+            }
             return;
         }
         search(queries, lengths);
@@ -124,9 +135,13 @@ public:
             const bool up = explorations_++ % 2 == 0;
             bool any = false;
             for (std::size_t i = 0; i < n; ++i) any = any || lengths[i] > 0;
-            for (std::size_t i = 0; i < n; ++i) {
-                if (up && (lengths[i] > 0 || !any)) lengths[i] = std::min(queries[i].cap, lengths[i] + 1);
-                if (!up && lengths[i] > 0) --lengths[i];
+            if (up && !any) {
+                draft_a_few(queries, lengths, 1);
+            } else {
+                for (std::size_t i = 0; i < n; ++i) {
+                    if (up && lengths[i] > 0) lengths[i] = std::min(queries[i].cap, lengths[i] + 1);
+                    if (!up && lengths[i] > 0) --lengths[i];
+                }
             }
         }
     }
@@ -184,6 +199,19 @@ private:
             accepted[m] += kept;
         }
     };
+
+    // `length` drafts for as many sequences as warmup_rows allows (at least
+    // one), taken in turn across the batch from step to step.
+    void draft_a_few(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths, std::size_t length) {
+        const std::size_t n = queries.size();
+        if (n == 0 || length == 0) return;
+        const std::size_t count = std::min(n, std::max<std::size_t>(1, options_.warmup_rows / length));
+        for (std::size_t j = 0; j < count; ++j) {
+            const std::size_t i = (rotation_ + j) % n;
+            lengths[i] = std::min(length, queries[i].cap);
+        }
+        rotation_ = (rotation_ + count) % n;
+    }
 
     [[nodiscard]] double acceptance(const Counts* own, std::size_t m) const {
         const double prior = pooled_acceptance(m);
@@ -257,7 +285,7 @@ private:
     }
 
     Options options_;
-    std::size_t steps_ = 0, explorations_ = 0;
+    std::size_t steps_ = 0, explorations_ = 0, rotation_ = 0;
     AcceptanceEstimate pooled_;
     std::vector<double> pooled_chain_;
     std::unordered_map<std::uint64_t, Counts> requests_;
