@@ -369,3 +369,22 @@ TEST_CASE("negative control: a width-dependent path is caught by the same bitwis
     CHECK_FALSE(bitwise_equal(blocked, one_by_one));
     CHECK(specdec::test::relative_difference(blocked, one_by_one) < 1e-5f);
 }
+
+TEST_CASE("from_gguf gives a model of LlamaOptions::sequences slots whose batch rows equal its forward()", "[model][batch]") {
+    const LlamaModel source = specdec::make_synthetic_target(tiny(WeightType::f16, 1));
+    specdec::test::TemporaryFile file("batched-slots.gguf");
+    specdec::test::llama_gguf_writer(source.weights()).write(file.path);
+    LlamaModel loaded = LlamaModel::from_gguf(file.path, {.threads = 2, .max_context = 64, .sequences = 3});
+    CHECK(loaded.sequence_slots() == 3);
+    CHECK(loaded.kv_cache_bytes() == 3 * 64 * loaded.kv_bytes_per_position());
+    const std::vector<Token> a = {5, 9, 1}, b = {7, 7};
+    const Rows alone_a = specdec::test::copy_rows(loaded.forward(a));
+    loaded.truncate(0);
+    const Rows alone_b = specdec::test::copy_rows(loaded.forward_last(b));
+    loaded.truncate(0);
+    const SequenceFeed feeds[] = {{.slot = 2, .tokens = b, .last_row_only = true}, {.slot = 0, .tokens = a}};
+    const Rows rows = specdec::test::copy_rows(loaded.forward_batch(feeds));
+    REQUIRE(rows.size() == 4);
+    CHECK(bitwise_equal(rows[0], alone_b[0]));
+    for (std::size_t j = 0; j < 3; ++j) CHECK(bitwise_equal(rows[1 + j], alone_a[j]));
+}

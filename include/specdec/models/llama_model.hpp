@@ -55,8 +55,8 @@ struct LlamaOptions {
     // depend on the pass width, and each feed longer than cpu::kWideColumns
     // on the path forward() takes for it alone). false: a pass wider than
     // cpu::kWideColumns over dense weights is one blocked product over all its
-    // columns, faster on wide batches (benchmarks/results/batch-pass-cpu.txt)
-    // but then a row depends on its batch mates up to float rounding.
+    // columns, faster on wide batches (docs/models.md has the cost), but then
+    // a row depends on its batch mates up to float rounding.
     bool batch_invariant = true;
 };
 
