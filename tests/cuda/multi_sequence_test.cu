@@ -243,17 +243,17 @@ TEST_CASE("forward_batch rejects a bad batch on the GPU before any cache changes
                         Catch::Contains("feed 1: slot 3 is out of range [0, 3)"));
     const std::vector<SequenceFeed> repeated{{.slot = 1, .tokens = one}, {.slot = 2, .tokens = one},
                                              {.slot = 1, .tokens = one}};
-    REQUIRE_THROWS_WITH(model.forward_batch(repeated), Catch::Contains("feed 2: slot 1 is already fed by feed 0"));
+    REQUIRE_THROWS_WITH(model.forward_batch(repeated), Catch::Contains("feed 2 repeats slot 1 of feed 0"));
     const std::vector<SequenceFeed> empty{{.slot = 1, .tokens = one}, {.slot = 2, .tokens = none}};
     REQUIRE_THROWS_WITH(model.forward_batch(empty), Catch::Contains("feed 1 (slot 2) has no tokens"));
     const std::vector<SequenceFeed> id_too_large{{.slot = 2, .tokens = one}, {.slot = 1, .tokens = too_large}};
     REQUIRE_THROWS_WITH(model.forward_batch(id_too_large),
-                        Catch::Contains("feed 1: token id 512 at index 1 is outside the vocabulary [0, 512)"));
+                        Catch::Contains("feed 1 (slot 1): token id 512 at index 1 is outside the vocabulary [0, 512)"));
     const std::vector<SequenceFeed> id_negative{{.slot = 2, .tokens = one}, {.slot = 1, .tokens = negative}};
     REQUIRE_THROWS_WITH(model.forward_batch(id_negative), Catch::Contains("token id -1 at index 0"));
     const std::vector<SequenceFeed> overflow{{.slot = 1, .tokens = one}, {.slot = 0, .tokens = three}};
     REQUIRE_THROWS_WITH(model.forward_batch(overflow),
-                        Catch::Contains("feed 1: 3 tokens after 6 cached positions of slot 0 overflow the context "
+                        Catch::Contains("feed 1 of 3 tokens after 6 cached positions in slot 0 overflows its context "
                                         "length 8"));
     REQUIRE_THROWS_AS(model.forward_batch(overflow), specdec::Error);
     CHECK(cached_per_slot(model) == before);
@@ -276,7 +276,7 @@ TEST_CASE("forward_batch rejects a bad batch on the GPU before any cache changes
     CHECK(cached_per_slot(model) == std::vector<std::size_t>{8, 5, 1});
     // A full slot rejects one more token, naming it.
     const std::vector<SequenceFeed> full{{.slot = 0, .tokens = one}};
-    REQUIRE_THROWS_WITH(model.forward_batch(full), Catch::Contains("1 tokens after 8 cached positions of slot 0"));
+    REQUIRE_THROWS_WITH(model.forward_batch(full), Catch::Contains("1 tokens after 8 cached positions in slot 0"));
 }
 
 TEST_CASE("the GPU KV cache holds sequences x context x bytes per position, allocated at construction",

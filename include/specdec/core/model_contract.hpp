@@ -117,20 +117,28 @@ struct SequenceFeed {
 //                           the rows of feed 0, then feed 1, ...: one row per
 //                           token (row j predicts the token after tokens[j]),
 //                           or only the last token's row for last_row_only.
-//                           Slots must be distinct and each feed non-empty.
-//                           Throws specdec::Error for a slot out of range or
-//                           repeated, an empty feed, an id out of range, or a
-//                           feed that would overflow its slot's context; every
-//                           cache is then unchanged (validation comes first).
+//                           Slots must be distinct and each feed non-empty;
+//                           no feeds at all is a pass of 0 rows that changes
+//                           nothing. Throws specdec::Error for a slot out of
+//                           range or repeated, an empty feed, an id out of
+//                           range, or a feed that would overflow its slot's
+//                           context; every cache is then unchanged (validation
+//                           comes first, detail::check_sequence_feeds).
 //                           After the call: each fed slot holds its old
 //                           positions plus its feed; other slots are untouched.
+//                           A feed to slot 0 discards a pending tree (TreeLM),
+//                           as forward() does; feeds to other slots keep it.
 //  truncate(slot, n)        rolls that slot back to its first n positions
 //                           (n <= cached_tokens(slot)); the others are untouched.
 //                           truncate(slot, 0) frees the slot for a new sequence.
+//                           truncate(slot, n) and cached_tokens(slot) throw
+//                           specdec::Error for a slot out of range.
 //
 // Each row must not depend on the other feeds of the pass: a sequence's
-// logits are the same (bitwise on the CPU model) whatever its batch mates,
-// and the same as forward() on slot 0 gives for the same cache and tokens.
+// logits are the same (bitwise on the CPU model; up to rounding on the GPU,
+// where the product's algorithm may change with the width) whatever its
+// batch mates, and the same as forward() on slot 0 gives for a cache built by
+// the same calls.
 // A model without this extension still serves the batched decoder: its
 // sequences then run one after another, each through forward().
 template <class Model>

@@ -65,6 +65,7 @@
 #include "specdec/backends/cuda/precision.cuh"
 #include "specdec/backends/cuda/transformer_kernels.cuh"
 #include "specdec/core/model_contract.hpp"
+#include "specdec/core/sequence_feeds.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/rng.hpp"
 #include "specdec/core/types.hpp"
@@ -381,35 +382,9 @@ private:
 
     // Everything forward_batch can reject, before any state changes.
     void check_feeds(std::span<const SequenceFeed> feeds) const {
-        const std::size_t vocab = vocab_size(), slots = sequence_slots();
-        std::vector<std::size_t> feed_of_slot(slots, feeds.size());  // feeds.size() = not fed yet
-        for (std::size_t f = 0; f < feeds.size(); ++f) {
-            const SequenceFeed& feed = feeds[f];
-            const std::string where = "cuda backend: " + name_ + ": forward_batch feed " + std::to_string(f);
-            if (feed.slot >= slots) {
-                throw Error(where + ": slot " + std::to_string(feed.slot) + " is out of range [0, " +
-                            std::to_string(slots) + ")");
-            }
-            if (feed_of_slot[feed.slot] != feeds.size()) {
-                throw Error(where + ": slot " + std::to_string(feed.slot) + " is already fed by feed " +
-                            std::to_string(feed_of_slot[feed.slot]) + " (each slot at most once per pass)");
-            }
-            feed_of_slot[feed.slot] = f;
-            if (feed.tokens.empty()) throw Error(where + " (slot " + std::to_string(feed.slot) + ") has no tokens");
-            for (std::size_t i = 0; i < feed.tokens.size(); ++i) {
-                const Token token = feed.tokens[i];
-                if (token < 0 || static_cast<std::size_t>(token) >= vocab) {
-                    throw Error(where + ": token id " + std::to_string(token) + " at index " + std::to_string(i) +
-                                " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
-                }
-            }
-            const std::size_t cached = state_->cached[feed.slot];
-            if (cached + feed.tokens.size() > state_->capacity) {
-                throw Error(where + ": " + std::to_string(feed.tokens.size()) + " tokens after " +
-                            std::to_string(cached) + " cached positions of slot " + std::to_string(feed.slot) +
-                            " overflow the context length " + std::to_string(state_->capacity));
-            }
-        }
+        detail::check_sequence_feeds(feeds, sequence_slots(), vocab_size(), state_->capacity,
+                                     [this](std::size_t slot) { return state_->cached[slot]; },
+                                     "cuda backend: " + name_);
     }
 
     // Grows the activation buffers to n rows. Growing moves them, which

@@ -34,6 +34,7 @@
 #include "specdec/backends/cpu/thread_pool.hpp"
 #include "specdec/backends/cpu/vector_ops.hpp"
 #include "specdec/core/model_contract.hpp"
+#include "specdec/core/sequence_feeds.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/types.hpp"
 #include "specdec/models/kv_cache.hpp"
@@ -350,40 +351,9 @@ private:
     }
 
     // Every check of forward_batch, before anything changes.
-    void validate_feeds(std::span<const SequenceFeed> feeds) {
-        const std::size_t vocab = weights_.config.vocab_size;
-        slot_used_.assign(caches_.size(), 0);
-        for (std::size_t i = 0; i < feeds.size(); ++i) {
-            const SequenceFeed& feed = feeds[i];
-            const std::string which = name_ + ": forward_batch feed " + std::to_string(i);
-            if (feed.slot >= caches_.size()) {
-                throw Error(which + " names slot " + std::to_string(feed.slot) + "; expected a slot in [0, " +
-                            std::to_string(caches_.size()) + ")");
-            }
-            if (slot_used_[feed.slot]) {
-                throw Error(which + " repeats slot " + std::to_string(feed.slot) +
-                            " of an earlier feed; expected each slot at most once per pass");
-            }
-            slot_used_[feed.slot] = 1;
-            if (feed.tokens.empty()) {
-                throw Error(which + " (slot " + std::to_string(feed.slot) + ") has no tokens; expected at least one");
-            }
-            for (std::size_t j = 0; j < feed.tokens.size(); ++j) {
-                const Token t = feed.tokens[j];
-                if (t < 0 || static_cast<std::size_t>(t) >= vocab) {
-                    throw Error(which + " (slot " + std::to_string(feed.slot) + "): token id " + std::to_string(t) +
-                                " at index " + std::to_string(j) + " is outside the vocabulary [0, " +
-                                std::to_string(vocab) + ")");
-                }
-            }
-            const KvCache& cache = caches_[feed.slot];
-            if (feed.tokens.size() > cache.capacity() - cache.size()) {
-                throw Error(which + " of " + std::to_string(feed.tokens.size()) + " tokens after " +
-                            std::to_string(cache.size()) + " cached positions in slot " + std::to_string(feed.slot) +
-                            " overflows its context length " + std::to_string(cache.capacity()) + "; expected at most " +
-                            std::to_string(cache.capacity() - cache.size()) + " tokens");
-            }
-        }
+    void validate_feeds(std::span<const SequenceFeed> feeds) const {
+        detail::check_sequence_feeds(feeds, caches_.size(), weights_.config.vocab_size, context_length(),
+                                     [this](std::size_t slot) { return caches_[slot].size(); }, name_);
     }
 
     // Appends runs[...] = columns [first, first + count): a run of its own
@@ -735,7 +705,6 @@ private:
     std::vector<FeedRows> feed_rows_;
     std::vector<ColumnRun> layer_runs_, head_runs_;
     std::vector<std::size_t> head_rows_, narrow_rows_;
-    std::vector<char> slot_used_;  // forward_batch validation
 };
 
 static_assert(CausalLM<LlamaModel>);
