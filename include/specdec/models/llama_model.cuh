@@ -382,7 +382,7 @@ private:
 
     // Everything forward_batch can reject, before any state changes.
     void check_feeds(std::span<const SequenceFeed> feeds) const {
-        detail::check_sequence_feeds(feeds, sequence_slots(), vocab_size(), state_->capacity,
+        specdec::detail::check_sequence_feeds(feeds, sequence_slots(), vocab_size(), state_->capacity,
                                      [this](std::size_t slot) { return state_->cached[slot]; },
                                      "cuda backend: " + name_);
     }
