@@ -46,6 +46,10 @@ struct BatchOutcome {
     double target_seconds = 0.0;
     std::span<const std::size_t> draft_round_widths;  // sequences in each draft round
     std::span<const double> draft_round_seconds;
+    // Round 0 fed some sequence more than the tokens its last step committed
+    // (its draft cache lagging after steps without drafts): its time is a
+    // one-off catch-up, not what a round costs.
+    bool first_round_caught_up = false;
     double acceptance_seconds = 0.0;  // every sequence's rule and emission
     double total_seconds = 0.0;       // the whole step
 };
@@ -91,9 +95,9 @@ struct FixedBatchLength {
 // in turn across the batch): a large batch, whose pass is compute-bound, does
 // not pay a full-length draft for every sequence to learn that speculation
 // does not pay. Then one step in explore_every drafts one more (or, in turn,
-// one less) per drafting sequence than planned; when none drafts, a few
-// sequences draft one token, so that the widths just above the plain pass
-// stay timed.
+// one less) per drafting sequence than planned; when none drafts, one
+// sequence drafts one token, so that the width just above the plain pass and
+// the acceptance stay measured at the price of one row.
 class AutoBatchLength {
 public:
     struct Options {
@@ -136,7 +140,8 @@ public:
             bool any = false;
             for (std::size_t i = 0; i < n; ++i) any = any || lengths[i] > 0;
             if (up && !any) {
-                draft_a_few(queries, lengths, 1);
+                const std::size_t i = rotation_++ % n;  // one draft for one sequence: the cheapest look
+                lengths[i] = std::min<std::size_t>(1, queries[i].cap);
             } else {
                 for (std::size_t i = 0; i < n; ++i) {
                     if (up && lengths[i] > 0) lengths[i] = std::min(queries[i].cap, lengths[i] + 1);
@@ -164,7 +169,8 @@ public:
         if (outcome.target_width > 0) target_.add(outcome.target_width, outcome.target_seconds, options_.decay);
         double drafting = 0.0;
         for (std::size_t r = 0; r < outcome.draft_round_widths.size(); ++r) {
-            draft_round_.add(outcome.draft_round_widths[r], outcome.draft_round_seconds[r], options_.decay);
+            if (r > 0 || !outcome.first_round_caught_up)
+                draft_round_.add(outcome.draft_round_widths[r], outcome.draft_round_seconds[r], options_.decay);
             drafting += outcome.draft_round_seconds[r];
         }
         if (outcome.target_width > 0) {

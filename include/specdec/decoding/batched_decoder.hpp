@@ -388,7 +388,7 @@ public:
         }
         report.seconds = detail::seconds_since(start);
         policy_.observe(BatchOutcome{outcomes_, report.target_tokens, target_seconds_, round_widths_, round_seconds_,
-                                     acceptance_seconds_, report.seconds});
+                                     first_round_caught_up_, acceptance_seconds_, report.seconds});
         for (Active& a : active_) {
             if (a.failed) {
                 retire(*a.slot, RequestStatus::failed, std::move(a.error), report);
@@ -470,6 +470,7 @@ private:
     void draft(BatchStepReport& report) {
         round_widths_.clear();
         round_seconds_.clear();
+        first_round_caught_up_ = false;
         if constexpr (kLockstep) {
             draft_in_lockstep(report);
         } else {
@@ -518,6 +519,9 @@ private:
                 const std::span<const Token> tokens =
                     round == 0 ? sync.uncached_suffix(requests_[i].history)
                                : std::span<const Token>(&active_[i].proposal.tokens.back(), 1);
+                // A step commits at most two tokens the draft has not seen
+                // (its last accepted draft and the next token).
+                if (round == 0 && tokens.size() > 2) first_round_caught_up_ = true;
                 feeds_.push_back(SequenceFeed{sync.model().slot(), tokens, /*last_row_only=*/true});
             }
             const LogitsView rows = draft_model_->forward_batch(feeds_);
@@ -663,6 +667,7 @@ private:
     detail::LazyDistributions lazy_;
     std::vector<float> scratch_;
     double target_seconds_ = 0.0, acceptance_seconds_ = 0.0;
+    bool first_round_caught_up_ = false;
 };
 
 }  // namespace specdec
