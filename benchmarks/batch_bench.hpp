@@ -6,9 +6,9 @@
 //   auto            AutoBatchLength chooses every request's length each step
 // Each (B, variant) has its own decoder over its own models of B cache slots
 // (sharing the weights), kept from round to round, as a serving process keeps
-// its decoder. A round runs every variant once per batch size, in an order
-// that rotates from round to round, so that a slow moment of the machine
-// falls on every variant alike.
+// its decoder. A round runs every variant once per batch size, all of them
+// advancing one step in turn (who steps first rotates from round to round),
+// so that a slow moment of the machine falls on every variant alike.
 //
 // What one run of a variant measures: waves x B requests (their own seeded
 // prompts and seeds, the same for every variant of a round) go to a decoder
@@ -79,8 +79,8 @@ struct BatchVariantResult {
     std::size_t drafts = 0;         // proposed
     std::size_t draft_rounds = 0;   // draft passes
     std::vector<double> tokens_per_second_per_round;
-    // Every request of every round, whole (admission to its last token,
-    // its own prefill included).
+    // Every request of every round: the seconds of its decoder's steps from
+    // the one that admitted it (its prefill included) to its last token.
     std::size_t requests = 0;
     double latency_seconds = 0.0;
     // Chosen lengths: how many (request, step) pairs of the steady state got n drafts.
@@ -286,8 +286,17 @@ struct BatchRunOutcome {
 class BatchVariantRunner {
 public:
     virtual ~BatchVariantRunner() = default;
-    virtual BatchRunOutcome run(std::span<const BatchRequest> requests, const BatchSettings& settings) = 0;
+    // Submits a run's requests; then step() until it returns false; then finish().
+    virtual void start(std::span<const BatchRequest> requests, const BatchSettings& settings) = 0;
+    virtual bool step() = 0;  // one batched step; false (and no step) once every request has ended
+    virtual BatchRunOutcome finish() = 0;
     [[nodiscard]] virtual const AutoBatchLength& costs() const = 0;
+
+    BatchRunOutcome run(std::span<const BatchRequest> requests, const BatchSettings& settings) {
+        start(requests, settings);
+        while (step()) {}
+        return finish();
+    }
 };
 
 template <class Target, class Draft, class Policy>
@@ -304,26 +313,36 @@ public:
             throw Error("batch " + std::to_string(batch) + ": the models have " + std::to_string(decoder_.slots()) + " slots");
     }
 
-    BatchRunOutcome run(std::span<const BatchRequest> requests, const BatchSettings& settings) override {
-        BatchRunOutcome outcome;
-        std::vector<RequestId> ids;
+    void start(std::span<const BatchRequest> requests, const BatchSettings& settings) override {
+        ids_.clear();
+        steps_.clear();
+        last_step_.assign(requests.size(), 0);
         for (const BatchRequest& request : requests) {
             DecodingOptions options{.draft_tokens = std::max<std::size_t>(draft_tokens_, 1),
                                     .sampling = SamplingOptions{.temperature = settings.temperature},
                                     .seed = request.seed,
                                     .max_new_tokens = settings.new_tokens};
-            ids.push_back(decoder_.submit(request.prompt, std::move(options)));
+            // The step that emits a request's last token ends its latency.
+            const std::size_t j = ids_.size();
+            ids_.push_back(decoder_.submit(request.prompt, std::move(options), [this, j](Token) {
+                last_step_[j] = steps_.size();
+                return true;
+            }));
         }
-        struct Step {
-            BatchStepReport report;
-            PlannedLengths lengths;
-        };
-        std::vector<Step> steps;
-        while (!decoder_.idle()) {
-            BatchStepReport report = decoder_.step();
-            PlannedLengths lengths = report.sequences > 0 ? decoder_.policy().last_plan() : PlannedLengths{};
-            steps.push_back(Step{report, std::move(lengths)});
-        }
+    }
+
+    bool step() override {
+        if (decoder_.idle()) return false;
+        BatchStepReport report = decoder_.step();
+        PlannedLengths lengths = report.sequences > 0 ? decoder_.policy().last_plan() : PlannedLengths{};
+        steps_.push_back(Step{report, std::move(lengths)});
+        return true;
+    }
+
+    BatchRunOutcome finish() override {
+        BatchRunOutcome outcome;
+        const std::vector<RequestId>& ids = ids_;
+        const std::vector<Step>& steps = steps_;
         std::unordered_map<RequestId, RequestResult> results;
         for (RequestResult& result : decoder_.take_finished()) results.emplace(result.id, std::move(result));
         for (const RequestId id : ids) {
@@ -332,18 +351,24 @@ public:
             if (found->second.status != RequestStatus::finished)
                 throw Error("batch run: request " + std::to_string(id) + " ended " +
                             std::string(to_string(found->second.status)) + ": " + found->second.error);
-            outcome.latency_seconds += found->second.generation.stats.total_seconds;
             outcome.outputs.push_back(found->second.generation.tokens);
         }
         outcome.requests = ids.size();
         // Admission is first come, first served: the requests a step admitted
         // are the next ones in submission order, and their prefill is left out.
+        // A request's latency is the seconds of this decoder's steps from the
+        // one that admitted it to the one that emitted its last token (not
+        // the wall clock, which holds the other variants' turns too).
         std::size_t next_admitted = 0;
         const AutoBatchLength& model = decoder_.policy().costs();
-        for (const Step& step : steps) {
+        for (std::size_t s = 0; s < steps.size(); ++s) {
+            const Step& step = steps[s];
             double prefill = 0.0;
-            for (std::size_t a = 0; a < step.report.admitted && next_admitted < ids.size(); ++a, ++next_admitted)
+            for (std::size_t a = 0; a < step.report.admitted && next_admitted < ids.size(); ++a, ++next_admitted) {
                 prefill += results.at(ids[next_admitted]).generation.stats.prefill_seconds;
+                for (std::size_t t = s; t <= last_step_[next_admitted] && t < steps.size(); ++t)
+                    outcome.latency_seconds += steps[t].report.seconds;
+            }
             if (step.report.sequences != batch_) continue;  // the tail (or a failed admission)
             ++outcome.steps;
             outcome.tokens += step.report.emitted;
@@ -365,6 +390,13 @@ public:
     [[nodiscard]] const AutoBatchLength& costs() const override { return decoder_.policy().costs(); }
 
 private:
+    struct Step {
+        BatchStepReport report;
+        PlannedLengths lengths;
+    };
+    std::vector<RequestId> ids_;
+    std::vector<Step> steps_;
+    std::vector<std::size_t> last_step_;  // per request: the index of the step that emitted its last token
     std::unique_ptr<Target> target_;
     std::unique_ptr<Draft> draft_;
     std::size_t batch_, draft_tokens_;
@@ -503,12 +535,21 @@ template <class Target, class Draft>
             const auto requests = requests_of(s, round);
             std::vector<std::vector<Token>> autoregressive_outputs;
             std::vector<std::pair<std::size_t, detail::BatchRunOutcome>> outcomes;
-            for (std::size_t i = 0; i < variants.size(); ++i) {
-                const std::size_t v = (i + round) % variants.size();  // the order rotates
-                BatchVariantResult& result = report.sizes[s].variants[v];
-                if (progress) progress(settings.batch_sizes[s], result.label(), round + 1, settings.rounds);
-                outcomes.emplace_back(v, runners[s][v]->run(requests, settings));
+            // Every variant's run advances one step in turn, so that all of
+            // them run through the same seconds of a machine whose speed
+            // drifts (and, shared, changes with what else runs).
+            if (progress)
+                progress(settings.batch_sizes[s], std::to_string(variants.size()) + " variants step by step in turn",
+                         round + 1, settings.rounds);
+            for (std::size_t v = 0; v < variants.size(); ++v) runners[s][v]->start(requests, settings);
+            for (bool any = true; any;) {
+                any = false;
+                for (std::size_t i = 0; i < variants.size(); ++i) {
+                    const std::size_t v = (i + round) % variants.size();  // who steps first rotates
+                    any = runners[s][v]->step() || any;
+                }
             }
+            for (std::size_t v = 0; v < variants.size(); ++v) outcomes.emplace_back(v, runners[s][v]->finish());
             for (const auto& [v, outcome] : outcomes)
                 if (variants[v].kind == BatchVariantKind::autoregressive) autoregressive_outputs = outcome.outputs;
             for (auto& [v, outcome] : outcomes) {

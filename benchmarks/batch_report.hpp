@@ -215,7 +215,7 @@ inline void print_batch_report(std::ostream& out, const BatchReport& report, Rep
     out << detail::wrap(
         detail::format("requests: %zu x B per batch size and variant, each a %zu-token seeded prompt and %zu new tokens "
                        "at T=%g; B slots, a finished request replaced by a waiting one; counted: the steps with all B "
-                       "slots decoding, their prompts' prefill left out; %zu rounds, the variants' order rotating%s; "
+                       "slots decoding, their prompts' prefill left out; %zu rounds, the variants stepping in turn%s; "
                        "seed %llu",
                        s.waves, s.prompt_tokens, s.new_tokens, s.temperature, s.rounds,
                        s.learn_auto_first ? ", auto first serving one untimed run" : "",
