@@ -107,6 +107,9 @@ struct BenchOptions : RunChoices {
     // How the synthetic draft derives from the target; none = the backend's
     // default (CPU: early-exit-q8_0, the family's recommended draft; CUDA: early-exit).
     std::optional<std::string> synthetic_draft;
+    // --batch: the batch sizes of the batched-decoding sweep (batch_bench.hpp),
+    // run instead of the single-sequence rows; empty = no sweep.
+    std::vector<std::size_t> batch_sizes{};
     bool quiet = false;  // no progress indicator
     bool verbose = false;  // also the per-position acceptance and time-per-step tables
     bool markdown = false;  // --format md: the tables as Markdown
@@ -115,6 +118,14 @@ struct BenchOptions : RunChoices {
     [[nodiscard]] bool uses_synthetic_target() const { return !target_path.has_value(); }
     [[nodiscard]] bool uses_prompt_lookup() const { return draft_path && *draft_path == kPromptLookupDraft; }
 };
+
+// --batch's defaults where the flags do not say otherwise: a short request
+// (the sweep runs 2 x B of them per batch size and variant, and the pass at
+// B = 32 is compute-bound on a small CPU), two rounds, greedy decoding (the
+// variants' tokens are then checked to be identical).
+inline constexpr std::size_t kBatchNewTokens = 24;
+inline constexpr std::size_t kBatchRounds = 2;
+inline constexpr std::size_t kMaxBatchSize = 256;
 
 // A per-position acceptance rate measured over fewer drafts than this is
 // printed as "-" (--verbose): a handful of samples reads as 1.00 or 0.00 and
@@ -162,6 +173,8 @@ struct BenchCommandLine {
     bool synthetic_option_given = false;
     bool repetitions_given = false;
     bool time_budget_given = false;
+    bool new_tokens_given = false;
+    bool temperatures_given = false;
 };
 
 }  // namespace detail
@@ -255,8 +268,9 @@ inline const std::vector<BenchFlag>& bench_flags() {
          }},
         {{"--tree-max-nodes"}, "N", "the most nodes of the auto tree (default 24)",
          [](Line& l, V f, V v) { l.options.tree_max_nodes = detail::parse_count(f, v, 1); }},
-        {{"--temperatures", "--temperature"}, "LIST", "sampling temperatures, 0 = greedy (default 0,1)",
+        {{"--temperatures", "--temperature"}, "LIST", "sampling temperatures, 0 = greedy (default 0,1; --batch: one, default 0)",
          [](Line& l, V flag, V v) {
+             l.temperatures_given = true;
              std::vector<double>& temperatures = l.options.temperatures;
              temperatures.clear();
              for (const std::string_view item : detail::split_list(flag, v)) {
@@ -265,8 +279,11 @@ inline const std::vector<BenchFlag>& bench_flags() {
                      temperatures.push_back(temperature);
              }
          }},
-        {{"--new-tokens"}, "N", "tokens generated per run (default 48)",
-         [](Line& l, V f, V v) { l.options.new_tokens = detail::parse_count(f, v, 1); }},
+        {{"--new-tokens"}, "N", "tokens generated per run (default 48; --batch: per request, default 24)",
+         [](Line& l, V f, V v) {
+             l.options.new_tokens = detail::parse_count(f, v, 1);
+             l.new_tokens_given = true;
+         }},
         {{"--prompt"}, "TEXT", "prompt text (GGUF models; synthetic models use a seeded token prompt)",
          [](Line& l, V, V v) { l.options.prompt = std::string(v); }},
         {{"--prompt-tokens"}, "N", "also measure prefill speed and time to first token for an N-token prompt",
@@ -299,6 +316,25 @@ inline const std::vector<BenchFlag>& bench_flags() {
          "generates once, untimed, on another prompt, as a serving process whose\n"
          "decoder has already answered a request)",
          [](Line& l, V, V) { l.options.learn_auto_first = false; }},
+
+        {{"--batch"}, "LIST",
+         "instead of the single-sequence rows, batched decoding of many requests per\n"
+         "target pass at each batch size B, e.g. 1,2,4,8,16,32 (embedded pair, CPU):\n"
+         "batched autoregressive, each fixed k of --draft-tokens and auto, side by side\n"
+         "in rounds (--repetitions, default 2); 2 x B requests of --new-tokens each",
+         [](Line& l, V flag, V v) {
+             std::vector<std::size_t>& sizes = l.options.batch_sizes;
+             sizes.clear();
+             for (const std::string_view item : detail::split_list(flag, v)) {
+                 const std::size_t batch = detail::parse_count(flag, item, 1);
+                 if (batch > kMaxBatchSize)
+                     throw UsageError(std::string(flag) + ": batch size " + std::to_string(batch) + " is too large, expected at most " +
+                                      std::to_string(kMaxBatchSize));
+                 sizes.push_back(batch);
+             }
+             std::sort(sizes.begin(), sizes.end());
+             sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+         }},
 
         {{"--verbose"}, "", "also print acceptance by draft position and where a step's time goes",
          [](Line& l, V, V) { l.options.verbose = true; }, "output"},
@@ -367,6 +403,19 @@ exit status: 0 success, 1 the library reported an error, 2 bad command line
     const bool repetitions_given = line.repetitions_given, time_budget_given = line.time_budget_given;
     if (options.help) return options;
     if (repetitions_given && !time_budget_given) options.time_budget_seconds = 0.0;  // exactly N rounds
+
+    if (!options.batch_sizes.empty()) {
+        if (options.target_path || options.draft_path || options.backend != Backend::cpu || options.export_gguf_dir)
+            throw UsageError("--batch runs the embedded synthetic pair on the CPU; it takes no --target, --draft, "
+                             "--backend cuda or --export-gguf");
+        if (!options.trees.empty()) throw UsageError("--batch measures chains; it takes no --tree");
+        if (line.temperatures_given && options.temperatures.size() != 1)
+            throw UsageError("--batch measures one temperature; give --temperature with one value");
+        if (!line.temperatures_given) options.temperatures = {0.0};
+        if (!line.new_tokens_given) options.new_tokens = kBatchNewTokens;
+        if (!repetitions_given) options.repetitions = kBatchRounds;
+        options.time_budget_seconds = 0.0;  // rounds, not a budget
+    }
 
     if (options.export_gguf_dir && (options.target_path || options.backend != Backend::cpu || options.uses_prompt_lookup())) {
         throw UsageError("--export-gguf writes the embedded synthetic CPU models; it takes no --target, --draft or --backend cuda");

@@ -249,6 +249,50 @@ inline void set_up_cuda_gguf(const BenchOptions& options, ModelSetup& setup) {
 
 }  // namespace detail
 
+// --batch: the embedded pair once (one slot each), from which every decoder
+// of the sweep gets models of its own with B cache slots over the same weights.
+struct BatchModelSetup {
+    std::unique_ptr<LlamaModel> target, draft;
+    ModelInfo target_info, draft_info;
+    std::size_t threads = 0;
+    std::shared_ptr<cpu::ThreadPool> pool;
+};
+
+[[nodiscard]] inline BatchModelSetup set_up_batch_models(const BenchOptions& options) {
+    if (!options.uses_synthetic_target() || options.draft_path || options.backend != Backend::cpu)
+        throw UsageError("--batch runs the embedded synthetic pair on the CPU");
+    if (options.synthetic_size != "tiny" && options.synthetic_size != "100m")
+        throw UsageError("--synthetic-size " + options.synthetic_size + " is generated on the GPU only: --batch runs on the CPU");
+    BatchModelSetup setup;
+    setup.pool = std::make_shared<cpu::ThreadPool>(options.threads);
+    setup.threads = setup.pool->size();
+    const SyntheticShape shape = synthetic_shape(options.synthetic_size);
+    SyntheticOptions synthetic;
+    synthetic.size = options.synthetic_size;
+    synthetic.thread_pool = setup.pool;
+    // Room for a prompt, its tokens and the longest verification pass.
+    const std::size_t longest_draft = std::max(options.auto_max_draft_tokens,
+                                               options.draft_tokens.empty() ? std::size_t{1} : options.draft_tokens.back());
+    synthetic.max_context = std::min(shape.config.context_length, kSyntheticPromptTokens + options.new_tokens + longest_draft + 2);
+    setup.target = std::make_unique<LlamaModel>(make_synthetic_target(synthetic));
+    setup.target_info = describe_llama(*setup.target, true);
+    const SyntheticDraftKind kind =
+        options.synthetic_draft ? parse_synthetic_draft_kind(*options.synthetic_draft) : kDefaultSyntheticDraft;
+    setup.draft = std::make_unique<LlamaModel>(make_synthetic_draft(synthetic, kind));
+    setup.draft_info = describe_llama(*setup.draft, true);
+    return setup;
+}
+
+// A model over `base`'s weights and thread pool with `slots` KV cache slots
+// of base's context each (its cache: slots x context x kv_bytes_per_position()).
+[[nodiscard]] inline std::unique_ptr<LlamaModel> with_sequence_slots(const LlamaModel& base, std::size_t slots,
+                                                                     const std::shared_ptr<cpu::ThreadPool>& pool) {
+    return std::make_unique<LlamaModel>(base.weights(), LlamaOptions{.max_context = base.context_length(),
+                                                                     .thread_pool = pool,
+                                                                     .name = base.name(),
+                                                                     .sequences = slots});
+}
+
 [[nodiscard]] inline ModelSetup set_up_models(const BenchOptions& options) {
     ModelSetup setup;
     if (options.backend == Backend::cuda) {

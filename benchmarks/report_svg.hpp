@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_results.hpp"
@@ -61,8 +62,9 @@ struct PlotArea {
     return 10.0 * magnitude;
 }
 
-inline void draw_axes(std::ostringstream& svg, const PlotArea& area, const std::vector<std::size_t>& x_ticks,
-                      double y_step, const std::string& title, const std::string& y_label) {
+// x_ticks: (position in data units, label) pairs.
+inline void draw_axes(std::ostringstream& svg, const PlotArea& area, const std::vector<std::pair<double, std::string>>& x_ticks,
+                      double y_step, const std::string& title, const std::string& y_label, const std::string& x_label) {
     svg << "<text x=\"" << svg_number(area.left + area.width / 2) << "\" y=\"" << svg_number(area.top - 12)
         << "\" text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\">" << escape_xml(title) << "</text>\n";
     for (double tick = area.y_min; tick <= area.y_max + 1e-9; tick += y_step) {
@@ -74,21 +76,28 @@ inline void draw_axes(std::ostringstream& svg, const PlotArea& area, const std::
         svg << "<text x=\"" << svg_number(area.left - 6) << "\" y=\"" << svg_number(area.y(tick) + 4)
             << "\" text-anchor=\"end\" font-size=\"11\">" << label << "</text>\n";
     }
-    for (const std::size_t k : x_ticks) {
-        const std::string x = svg_number(area.x(static_cast<double>(k)));
+    for (const auto& [position, tick_label] : x_ticks) {
+        const std::string x = svg_number(area.x(position));
         svg << "<line x1=\"" << x << "\" y1=\"" << svg_number(area.top + area.height) << "\" x2=\"" << x << "\" y2=\""
             << svg_number(area.top + area.height + 5) << "\" stroke=\"#333\"/>\n";
         svg << "<text x=\"" << x << "\" y=\"" << svg_number(area.top + area.height + 18)
-            << "\" text-anchor=\"middle\" font-size=\"11\">" << k << "</text>\n";
+            << "\" text-anchor=\"middle\" font-size=\"11\">" << escape_xml(tick_label) << "</text>\n";
     }
     svg << "<rect x=\"" << svg_number(area.left) << "\" y=\"" << svg_number(area.top) << "\" width=\""
         << svg_number(area.width) << "\" height=\"" << svg_number(area.height)
         << "\" fill=\"none\" stroke=\"#333\"/>\n";
     svg << "<text x=\"" << svg_number(area.left + area.width / 2) << "\" y=\"" << svg_number(area.top + area.height + 36)
-        << "\" text-anchor=\"middle\" font-size=\"12\">draft length k</text>\n";
+        << "\" text-anchor=\"middle\" font-size=\"12\">" << escape_xml(x_label) << "</text>\n";
     const std::string label_x = svg_number(area.left - 40), label_y = svg_number(area.top + area.height / 2);
     svg << "<text x=\"" << label_x << "\" y=\"" << label_y << "\" text-anchor=\"middle\" font-size=\"12\" transform=\"rotate(-90 "
         << label_x << " " << label_y << ")\">" << escape_xml(y_label) << "</text>\n";
+}
+
+inline void draw_axes(std::ostringstream& svg, const PlotArea& area, const std::vector<std::size_t>& x_ticks,
+                      double y_step, const std::string& title, const std::string& y_label) {
+    std::vector<std::pair<double, std::string>> ticks;
+    for (const std::size_t k : x_ticks) ticks.emplace_back(static_cast<double>(k), std::to_string(k));
+    draw_axes(svg, area, ticks, y_step, title, y_label, "draft length k");
 }
 
 struct Series {

@@ -7,6 +7,7 @@
 //   specdec-bench --target t.gguf --draft prompt-lookup
 //   specdec-bench --tree auto,3x2x1                 token-tree rows too
 //   specdec-bench --export-gguf DIR                 write the synthetic pair as GGUF files
+//   specdec-bench --batch 1,2,4,8,16,32             batched decoding per batch size (batch_bench.hpp)
 //
 // Exit status: 0 success, 1 the library reported an error, 2 bad command line.
 #include <algorithm>
@@ -22,6 +23,8 @@
 
 #include "specdec/specdec.hpp"
 
+#include "batch_bench.hpp"
+#include "batch_report.hpp"
 #include "bench_options.hpp"
 #include "bench_runner.hpp"
 #include "gguf_export.hpp"
@@ -137,10 +140,51 @@ int export_gguf(const BenchOptions& options) {
     return 0;
 }
 
+// --batch: the batched-decoding sweep instead of the single-sequence rows.
+int run_batch(const BenchOptions& options) {
+    BatchModelSetup setup = set_up_batch_models(options);
+    MachineInfo machine{cpu_model_name(), setup.threads, "cpu", "", load_average(), hardware_threads()};
+    const BatchModelFactory<specdec::LlamaModel, specdec::LlamaModel> factory{
+        [&](std::size_t slots) { return with_sequence_slots(*setup.target, slots, setup.pool); },
+        [&](std::size_t slots) { return with_sequence_slots(*setup.draft, slots, setup.pool); }};
+    const BatchSettings settings = batch_settings_of(options);
+    if (!options.quiet)
+        std::fprintf(stderr, "%zu batch sizes x %zu variants x %zu rounds, %zu requests of %zu tokens per slot...\n", settings.batch_sizes.size(),
+                     settings.fixed_lengths.size() + 2, settings.rounds, settings.waves, settings.new_tokens);
+    const bool terminal = isatty(STDERR_FILENO) == 1;
+    BatchProgress progress;
+    if (!options.quiet)
+        progress = [terminal](std::size_t batch, const std::string& label, std::size_t round, std::size_t rounds) {
+            std::fprintf(stderr, "%s[round %zu/%zu] B=%zu %s%s", terminal ? "\r" : "", round, rounds, batch, label.c_str(),
+                         terminal ? "                    " : "\n");
+            std::fflush(stderr);
+        };
+    BatchReport report = run_batch_benchmark(
+        factory, setup.target->vocab_size(), settings,
+        [](std::uint64_t seed, std::size_t vocab, std::size_t tokens) { return seeded_token_prompt(seed, vocab, tokens); },
+        progress);
+    if (!options.quiet && terminal) std::fprintf(stderr, "\r%60s\r", "");
+    report.machine = machine;
+    report.target = setup.target_info;
+    report.draft = setup.draft_info;
+    print_batch_report(std::cout, report,
+                       ReportStyle{options.verbose, options.markdown ? ReportFormat::markdown : ReportFormat::text});
+    if (options.json_path) {
+        write_file(*options.json_path, batch_report_to_json(report).dump(2) + "\n");
+        if (!options.quiet) std::cerr << "wrote " << *options.json_path << "\n";
+    }
+    if (options.svg_path) {
+        write_file(*options.svg_path, batch_report_to_svg(report));
+        if (!options.quiet) std::cerr << "wrote " << *options.svg_path << "\n";
+    }
+    return 0;
+}
+
 int run(const BenchOptions& options) {
     if (options.export_gguf_dir) return export_gguf(options);
     check_writable(options.json_path, "--json");
     check_writable(options.svg_path, "--svg");
+    if (!options.batch_sizes.empty()) return run_batch(options);
     ModelSetup setup = set_up_models(options);
     BenchInputs inputs;
     inputs.machine = MachineInfo{cpu_model_name(), setup.threads, std::string(to_string(options.backend)), setup.device,
