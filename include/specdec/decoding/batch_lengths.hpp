@@ -51,7 +51,7 @@ struct BatchOutcome {
     // one-off catch-up, not what a round costs.
     bool first_round_caught_up = false;
     double acceptance_seconds = 0.0;  // every sequence's rule and emission
-    double total_seconds = 0.0;       // the whole step
+    double total_seconds = 0.0;       // the whole step but the prefill of admitted prompts
 };
 
 // plan(queries, lengths): lengths[i] <= queries[i].cap for each sequence.

@@ -352,7 +352,11 @@ public:
         for (auto& slot : slots_) {
             if (slot->occupied && slot->cancel_requested) retire(*slot, RequestStatus::cancelled, {}, report);
         }
+        // Prefilling admitted prompts is not part of what a step costs the
+        // policy: it is paid once per request, whatever the lengths.
+        const auto admission_start = detail::Clock::now();
         admit(report);
+        const double admission_seconds = detail::seconds_since(admission_start);
 
         // Open a step for every running request; a full context ends it.
         active_.clear();
@@ -388,7 +392,8 @@ public:
         }
         report.seconds = detail::seconds_since(start);
         policy_.observe(BatchOutcome{outcomes_, report.target_tokens, target_seconds_, round_widths_, round_seconds_,
-                                     first_round_caught_up_, acceptance_seconds_, report.seconds});
+                                     first_round_caught_up_, acceptance_seconds_,
+                                     report.seconds - admission_seconds});
         for (Active& a : active_) {
             if (a.failed) {
                 retire(*a.slot, RequestStatus::failed, std::move(a.error), report);
