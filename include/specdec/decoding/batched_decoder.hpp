@@ -518,7 +518,15 @@ private:
                 a.slot->drafter().kv_sync().record_fed(feeds_[f].tokens);
                 ++a.proposal.forward_passes;
                 try {
-                    if (rows.vocab != vocab) throw Error("draft model returned logits rows of the wrong width");
+                    // Checked before any row is read: a pass that returned fewer rows than
+                    // feeds would hand the last requests memory the model never wrote.
+                    if (rows.rows != drafting_.size() || rows.vocab != vocab || rows.data == nullptr ||
+                        (rows.rows > 1 && rows.row_stride < rows.vocab)) {
+                        throw Error("draft model forward_batch returned " + std::to_string(rows.rows) +
+                                    " logits rows of " + std::to_string(rows.vocab) + " values for " +
+                                    std::to_string(drafting_.size()) + " sequences: expected one row of vocab_size() = " +
+                                    std::to_string(vocab) + " values per sequence");
+                    }
                     const bool kept = detail::draft_from_row(rows.row(f), requests_[drafting_[f]], round, a.proposal);
                     if (kept && round + 1 < a.k_max && !detail::stop_before_pass(requests_[drafting_[f]], round + 1)) {
                         still_.push_back(drafting_[f]);
