@@ -58,7 +58,7 @@ private:
         auto fail = [&](const char* problem) {
             throw Error("KV cache of " + std::to_string(capacity) + " positions x " + std::to_string(layers) + " layers x " +
                         std::to_string(kv_heads) + " kv heads x " + std::to_string(head_dim) + " values: " + problem +
-                        "; expected a context that fits in memory (LlamaOptions::max_context caps it)");
+                        "; expected a context that fits in memory (LlamaOptions::max_context caps it; each of LlamaOptions::sequences slots takes one such cache)");
         };
         if (overflow) fail("the size overflows");
         try {

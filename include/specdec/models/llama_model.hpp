@@ -7,8 +7,17 @@
 // and multiplied by the block of all new tokens (see backends/cpu/matmul.hpp),
 // and attention is causal over the cache plus the new tokens. forward_tree is
 // the same pass over the nodes of a token tree, each node attending to the
-// cache and its own ancestors. Satisfies specdec::CausalLM, LastRowLM and
-// TreeLM.
+// cache and its own ancestors. Satisfies specdec::CausalLM, LastRowLM,
+// TreeLM and MultiSequenceLM.
+//
+// Several sequences: LlamaOptions::sequences KV cache slots are allocated at
+// construction, each of context_length() positions, so the cache takes
+//   kv_cache_bytes() = sequences x context_length() x kv_bytes_per_position()
+//   kv_bytes_per_position() = layers x 2 (keys, values) x kv_heads x head_dim x 4 bytes
+// and never grows. Slot 0 is the cache of forward(), forward_last(),
+// truncate(n), cached_tokens() and forward_tree(); forward_batch() scores
+// feeds to any slots in one pass (see batch_invariant below for what makes a
+// row independent of its batch mates).
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -39,6 +48,16 @@ struct LlamaOptions {
     std::shared_ptr<cpu::ThreadPool> thread_pool;  // share one pool between a target and its draft; overrides `threads`
     std::string name;              // shown by name(); empty = a description of the shape
     bool check_tensors = false;    // read every weight at load time; a NaN or inf is an Error naming the tensor
+    std::size_t sequences = 1;     // KV cache slots (MultiSequenceLM), each of the full context; allocated at construction
+    // true: every row of a forward_batch is bitwise the row forward() gives
+    // that feed alone, whatever its batch mates (each weight product runs the
+    // batch's short feeds on the matrix-vector tiles, whose column sums do not
+    // depend on the pass width, and each feed longer than cpu::kWideColumns
+    // on the path forward() takes for it alone). false: a pass wider than
+    // cpu::kWideColumns over dense weights is one blocked product over all its
+    // columns, faster on wide batches (benchmarks/results/batch-pass-cpu.txt)
+    // but then a row depends on its batch mates up to float rounding.
+    bool batch_invariant = true;
 };
 
 class LlamaModel {
@@ -48,12 +67,19 @@ public:
         weights_.validate();
         const LlamaConfig& c = weights_.config;
         if (!pool_) pool_ = std::make_shared<cpu::ThreadPool>(options.threads);
-        const std::size_t capacity = options.max_context == 0 ? c.context_length : std::min(options.max_context, c.context_length);
-        cache_ = KvCache(c.layer_count, capacity, c.kv_heads(), c.head_dim());
-        inverse_frequencies_ = c.rope_inverse_frequencies();
         if (name_.empty()) {
             name_ = "llama-" + std::to_string(c.layer_count) + "x" + std::to_string(c.embedding_dim);
         }
+        if (options.sequences == 0) {
+            throw Error(name_ + ": LlamaOptions::sequences is 0; expected at least 1 KV cache slot");
+        }
+        const std::size_t capacity = options.max_context == 0 ? c.context_length : std::min(options.max_context, c.context_length);
+        caches_.reserve(options.sequences);
+        for (std::size_t slot = 0; slot < options.sequences; ++slot) {
+            caches_.emplace_back(c.layer_count, capacity, c.kv_heads(), c.head_dim());
+        }
+        batch_invariant_ = options.batch_invariant;
+        inverse_frequencies_ = c.rope_inverse_frequencies();
         if (options.check_tensors) weights_.check_finite(name_);
         // Block-quantised products round their activations to 8 bits, so a
         // wide pass over them must reproduce the one-token sums bitwise: the
@@ -78,17 +104,34 @@ public:
 
     // Another model over the same weights (their bytes are shared, not
     // copied: a mapped file or generated storage stays alive while either
-    // model does) and the same thread pool, with an empty KV cache of the same
-    // capacity: one more sequence beside this one, e.g. a second request, or
-    // benchmark rows advanced step by step in turn. The two caches are
-    // independent; the models must not run at the same time on one pool.
+    // model does) and the same thread pool, with empty KV cache slots of the
+    // same number and capacity: one more sequence beside this one, e.g. a
+    // second request, or benchmark rows advanced step by step in turn. The
+    // caches are independent; the models must not run at the same time on one pool.
     [[nodiscard]] LlamaModel replica() const {
-        return LlamaModel(weights_, LlamaOptions{.max_context = context_length(), .thread_pool = pool_, .name = name_});
+        return LlamaModel(weights_, LlamaOptions{.max_context = context_length(),
+                                                 .thread_pool = pool_,
+                                                 .name = name_,
+                                                 .sequences = sequence_slots(),
+                                                 .batch_invariant = batch_invariant_});
     }
 
     [[nodiscard]] std::size_t vocab_size() const noexcept { return weights_.config.vocab_size; }
-    [[nodiscard]] std::size_t context_length() const noexcept { return cache_.capacity(); }
-    [[nodiscard]] std::size_t cached_tokens() const noexcept { return cache_.size(); }
+    [[nodiscard]] std::size_t context_length() const noexcept { return caches_.front().capacity(); }
+    [[nodiscard]] std::size_t cached_tokens() const noexcept { return caches_.front().size(); }
+    [[nodiscard]] std::size_t sequence_slots() const noexcept { return caches_.size(); }
+    [[nodiscard]] bool batch_invariant() const noexcept { return batch_invariant_; }
+    // Positions cached in `slot`; throws specdec::Error for a slot out of range.
+    [[nodiscard]] std::size_t cached_tokens(std::size_t slot) const { return caches_[checked_slot(slot, "cached_tokens")].size(); }
+    // Bytes of one cached position (keys and values of every layer) and of all
+    // the slots together: sequence_slots() x context_length() x that.
+    [[nodiscard]] std::size_t kv_bytes_per_position() const noexcept {
+        const LlamaConfig& c = weights_.config;
+        return c.layer_count * 2 * c.kv_dim() * sizeof(float);
+    }
+    [[nodiscard]] std::size_t kv_cache_bytes() const noexcept {
+        return sequence_slots() * context_length() * kv_bytes_per_position();
+    }
     [[nodiscard]] const LlamaConfig& config() const noexcept { return weights_.config; }
     [[nodiscard]] const LlamaWeights& weights() const noexcept { return weights_; }
     [[nodiscard]] std::size_t parameter_count() const { return weights_.parameter_count(); }
@@ -96,13 +139,19 @@ public:
     [[nodiscard]] const std::string& name() const noexcept { return name_; }
     [[nodiscard]] std::size_t threads() const noexcept { return pool_->size(); }
 
-    void truncate(std::size_t positions) {
-        if (positions > cache_.size()) {
-            throw Error("truncate(" + std::to_string(positions) + ") beyond the " + std::to_string(cache_.size()) +
-                        " cached positions of " + name_);
+    void truncate(std::size_t positions) { truncate(0, positions); }
+
+    // Rolls `slot` back to its first `positions` positions; the other slots
+    // are untouched. Slot 0 also discards a pending tree, like truncate(n).
+    void truncate(std::size_t slot, std::size_t positions) {
+        KvCache& cache = caches_[checked_slot(slot, "truncate")];
+        if (positions > cache.size()) {
+            throw Error("truncate(" + std::to_string(positions) + ") of slot " + std::to_string(slot) + " beyond its " +
+                        std::to_string(cache.size()) + " cached positions in " + name_ + "; expected at most " +
+                        std::to_string(cache.size()));
         }
-        discard_pending_tree();
-        cache_.set_size(positions);
+        if (slot == 0) discard_pending_tree();
+        cache.set_size(positions);
     }
 
     // Appends the tokens to the cache and returns one logits row per token.
@@ -113,6 +162,26 @@ public:
     // all of them, which is what prefilling a prompt needs.
     LogitsView forward_last(std::span<const Token> tokens) { return forward_rows(tokens, /*all_rows=*/false); }
 
+    // The multi-sequence pass of specdec::MultiSequenceLM (see
+    // core/model_contract.hpp): the tokens of every feed in one pass, each
+    // weight matrix streamed once for all of them (once more for each feed
+    // longer than cpu::kWideColumns on dense weights, which takes the blocked
+    // product of its own, as forward() would), RoPE and the keys and values
+    // of each row at its own slot's position, attention per feed over its own
+    // slot, the output head over the returned rows only. One feed is exactly
+    // forward() (forward_last() for last_row_only) on its slot. With
+    // batch_invariant (the default) every row is bitwise the row that feed
+    // gives alone. Everything is validated before anything runs, so an error
+    // leaves every cache as it was. A feed to slot 0 discards a pending tree,
+    // as forward() does; feeds to other slots leave it.
+    LogitsView forward_batch(std::span<const SequenceFeed> feeds) {
+        validate_feeds(feeds);
+        const LlamaConfig& c = weights_.config;
+        if (feeds.empty()) return LogitsView{logits_.data(), 0, c.vocab_size, c.vocab_size};
+        if (std::any_of(feeds.begin(), feeds.end(), [](const SequenceFeed& f) { return f.slot == 0; })) discard_pending_tree();
+        return run_feeds(feeds);
+    }
+
     // The tree pass of specdec::TreeLM (see core/model_contract.hpp). The
     // pending tree's keys and values sit in the free cache slots: node j of
     // the pending tree in slot cached_tokens() + j, so a pending tree holds at
@@ -122,13 +191,14 @@ public:
     // to the rounding of products over a different number of columns.
     LogitsView forward_tree(std::span<const Token> tokens, std::span<const std::int32_t> parents) {
         const LlamaConfig& c = weights_.config;
-        const std::size_t n = tokens.size(), past = cache_.size(), pending = pending_parents_.size();
+        KvCache& cache = caches_.front();
+        const std::size_t n = tokens.size(), past = cache.size(), pending = pending_parents_.size();
         if (parents.size() != n) {
             throw Error(name_ + ": forward_tree of " + std::to_string(n) + " tokens with " + std::to_string(parents.size()) +
                         " parents; expected one parent per token");
         }
         check_token_ids(tokens);
-        const std::size_t free_slots = cache_.capacity() - past;
+        const std::size_t free_slots = cache.capacity() - past;
         // Validated into the pending tree, rolled back on any failure, so that
         // an error leaves the tree as it was.
         struct Rollback {
@@ -154,7 +224,7 @@ public:
             if (depth > free_slots) {
                 throw Error(name_ + ": forward_tree node " + std::to_string(node) + " at depth " + std::to_string(depth) + " after " +
                             std::to_string(past) + " cached positions overflows the context length " +
-                            std::to_string(cache_.capacity()));
+                            std::to_string(cache.capacity()));
             }
             pending_parents_.push_back(parent);
             pending_depths_.push_back(depth);
@@ -162,7 +232,7 @@ public:
         if (pending + n > free_slots) {
             throw Error(name_ + ": forward_tree of " + std::to_string(n) + " nodes after " + std::to_string(pending) +
                         " pending nodes needs " + std::to_string(pending + n) + " free cache slots; expected at most " +
-                        std::to_string(free_slots) + " (context length " + std::to_string(cache_.capacity()) + ", " +
+                        std::to_string(free_slots) + " (context length " + std::to_string(cache.capacity()) + ", " +
                         std::to_string(past) + " cached positions)");
         }
         if (n == 0) {
@@ -172,8 +242,12 @@ public:
         reserve(n);
         build_ancestor_runs(past, pending, n);
         compute_rope_angles(n, [&](std::size_t i) { return past + pending_depths_[pending + i] - 1; });
-        const LogitsView view = run_pass(tokens, past + pending, /*all_rows=*/true,
-                                         [&](std::size_t layer) { tree_attention(layer, n); });
+        for (std::size_t i = 0; i < n; ++i) {
+            row_cache_[i] = &cache;
+            row_position_[i] = past + pending + i;
+        }
+        set_single_run(n);
+        const LogitsView view = run_pass(tokens, [&](std::size_t layer) { tree_attention(layer, n); });
         rollback.armed = false;
         return view;
     }
@@ -182,7 +256,8 @@ public:
     // by copying their keys and values to the slots after the cache; an empty
     // path only discards the pending tree.
     void commit_tree(std::span<const std::int32_t> path) {
-        const std::size_t pending = pending_parents_.size(), past = cache_.size();
+        KvCache& cache = caches_.front();
+        const std::size_t pending = pending_parents_.size(), past = cache.size();
         for (std::size_t k = 0; k < path.size(); ++k) {
             const std::int32_t node = path[k];
             if (node < 0 || static_cast<std::size_t>(node) >= pending) {
@@ -206,12 +281,12 @@ public:
             if (from == to) continue;
             for (std::size_t layer = 0; layer < c.layer_count; ++layer) {
                 for (std::size_t h = 0; h < c.kv_heads(); ++h) {
-                    std::copy_n(cache_.keys(layer, h, from), hd, cache_.keys(layer, h, to));
-                    std::copy_n(cache_.values(layer, h, from), hd, cache_.values(layer, h, to));
+                    std::copy_n(cache.keys(layer, h, from), hd, cache.keys(layer, h, to));
+                    std::copy_n(cache.values(layer, h, from), hd, cache.values(layer, h, to));
                 }
             }
         }
-        cache_.set_size(past + path.size());
+        cache.set_size(past + path.size());
         discard_pending_tree();
     }
 
@@ -219,6 +294,21 @@ public:
     [[nodiscard]] std::size_t pending_tree_nodes() const noexcept { return pending_parents_.size(); }
 
 private:
+    // Columns [first, first + count) of a pass's products; may_block: the
+    // run may take the blocked product (a pass alone, or a feed on its own).
+    struct ColumnRun {
+        std::size_t first, count;
+        bool may_block;
+    };
+    // A feed's rows [first_row, first_row + count) of a pass, appended to
+    // `cache` after its `past` positions; wide: attended as blocks.
+    struct FeedRows {
+        std::size_t first_row, count;
+        KvCache* cache;
+        std::size_t past;
+        bool wide;
+    };
+
     void check_token_ids(std::span<const Token> tokens) const {
         const std::size_t vocab = weights_.config.vocab_size;
         for (std::size_t i = 0; i < tokens.size(); ++i) {
@@ -234,29 +324,164 @@ private:
         pending_depths_.clear();
     }
 
+    // Throws unless slot < sequence_slots(); returns it.
+    std::size_t checked_slot(std::size_t slot, const char* call) const {
+        if (slot >= caches_.size()) {
+            throw Error(name_ + ": " + call + " of slot " + std::to_string(slot) + "; expected a slot in [0, " +
+                        std::to_string(caches_.size()) + ")");
+        }
+        return slot;
+    }
+
     LogitsView forward_rows(std::span<const Token> tokens, bool all_rows) {
         const LlamaConfig& c = weights_.config;
+        const KvCache& cache = caches_.front();
         const std::size_t n = tokens.size();
-        const std::size_t past = cache_.size();
+        const std::size_t past = cache.size();
         check_token_ids(tokens);
-        if (past + n > cache_.capacity()) {
+        if (past + n > cache.capacity()) {
             throw Error(name_ + ": forward of " + std::to_string(n) + " tokens after " + std::to_string(past) +
-                        " cached positions overflows the context length " + std::to_string(cache_.capacity()));
+                        " cached positions overflows the context length " + std::to_string(cache.capacity()));
         }
         discard_pending_tree();
         if (n == 0) return LogitsView{logits_.data(), 0, c.vocab_size, c.vocab_size};
+        const SequenceFeed feed{.slot = 0, .tokens = tokens, .last_row_only = !all_rows};
+        return run_feeds(std::span<const SequenceFeed>(&feed, 1));
+    }
+
+    // Every check of forward_batch, before anything changes.
+    void validate_feeds(std::span<const SequenceFeed> feeds) {
+        const std::size_t vocab = weights_.config.vocab_size;
+        slot_used_.assign(caches_.size(), 0);
+        for (std::size_t i = 0; i < feeds.size(); ++i) {
+            const SequenceFeed& feed = feeds[i];
+            const std::string which = name_ + ": forward_batch feed " + std::to_string(i);
+            if (feed.slot >= caches_.size()) {
+                throw Error(which + " names slot " + std::to_string(feed.slot) + "; expected a slot in [0, " +
+                            std::to_string(caches_.size()) + ")");
+            }
+            if (slot_used_[feed.slot]) {
+                throw Error(which + " repeats slot " + std::to_string(feed.slot) +
+                            " of an earlier feed; expected each slot at most once per pass");
+            }
+            slot_used_[feed.slot] = 1;
+            if (feed.tokens.empty()) {
+                throw Error(which + " (slot " + std::to_string(feed.slot) + ") has no tokens; expected at least one");
+            }
+            for (std::size_t j = 0; j < feed.tokens.size(); ++j) {
+                const Token t = feed.tokens[j];
+                if (t < 0 || static_cast<std::size_t>(t) >= vocab) {
+                    throw Error(which + " (slot " + std::to_string(feed.slot) + "): token id " + std::to_string(t) +
+                                " at index " + std::to_string(j) + " is outside the vocabulary [0, " +
+                                std::to_string(vocab) + ")");
+                }
+            }
+            const KvCache& cache = caches_[feed.slot];
+            if (feed.tokens.size() > cache.capacity() - cache.size()) {
+                throw Error(which + " of " + std::to_string(feed.tokens.size()) + " tokens after " +
+                            std::to_string(cache.size()) + " cached positions in slot " + std::to_string(feed.slot) +
+                            " overflows its context length " + std::to_string(cache.capacity()) + "; expected at most " +
+                            std::to_string(cache.capacity() - cache.size()) + " tokens");
+            }
+        }
+    }
+
+    // Appends runs[...] = columns [first, first + count): a run of its own
+    // (`own`, a feed on the path it takes alone), else merged into the
+    // previous shared run when adjacent.
+    static void add_run(std::vector<ColumnRun>& runs, std::size_t first, std::size_t count, bool own) {
+        if (!own && !runs.empty() && !runs.back().may_block && runs.back().first + runs.back().count == first) {
+            runs.back().count += count;
+        } else {
+            runs.push_back({first, count, own});
+        }
+    }
+
+    // One pass over validated, non-empty feeds: rows in feed order, feed i's
+    // row j at position cached_tokens(slot) + j of its slot.
+    //
+    // Why a row does not depend on its batch mates (batch_invariant_): each
+    // weight product runs as column runs. The feeds forward() would run on
+    // the matrix-vector tiles (at most cpu::kWideColumns tokens, or any
+    // block-quantised model) share one tile run, and the tiles compute every
+    // (row, column) sum as the same chain of operations at any width, so a
+    // column's result is the one it gets alone. A longer feed over dense
+    // weights is a run of its own, the blocked product over exactly its
+    // columns, which is the call forward() makes for it. Attention is per
+    // feed anyway, again on the kernel forward() picks for that feed; the
+    // row-wise steps (norms, RoPE, SwiGLU) never mix rows.
+    LogitsView run_feeds(std::span<const SequenceFeed> feeds) {
+        std::size_t n = 0;
+        for (const SequenceFeed& feed : feeds) n += feed.tokens.size();
         reserve(n);
-        compute_rope_angles(n, [past](std::size_t i) { return past + i; });
-        const LogitsView view = run_pass(tokens, past, all_rows, [&](std::size_t layer) { attention(layer, past, n); });
-        cache_.set_size(past + n);
+        feed_rows_.clear();
+        layer_runs_.clear();
+        head_runs_.clear();
+        head_rows_.clear();
+        narrow_rows_.clear();
+        std::size_t row = 0;
+        for (const SequenceFeed& feed : feeds) {
+            KvCache& cache = caches_[feed.slot];
+            const std::size_t count = feed.tokens.size(), past = cache.size();
+            // What forward() alone takes for this feed: blocked products and
+            // block attention for a wide pass over dense weights.
+            const bool wide = count > cpu::kWideColumns && !quantized_;
+            feed_rows_.push_back({row, count, &cache, past, wide});
+            for (std::size_t j = 0; j < count; ++j) {
+                row_tokens_[row + j] = feed.tokens[j];
+                row_cache_[row + j] = &cache;
+                row_position_[row + j] = past + j;
+                if (!wide) narrow_rows_.push_back(row + j);
+            }
+            add_run(layer_runs_, row, count, wide);
+            const std::size_t first_returned = feed.last_row_only ? row + count - 1 : row;
+            const std::size_t returned = row + count - first_returned;
+            add_run(head_runs_, head_rows_.size(), returned, returned > cpu::kWideColumns);
+            for (std::size_t r = first_returned; r < row + count; ++r) head_rows_.push_back(r);
+            row += count;
+        }
+        if (!batch_invariant_) {
+            // One product over every column: the blocked one once the pass is wide.
+            layer_runs_.assign(1, ColumnRun{0, n, true});
+            head_runs_.assign(1, ColumnRun{0, head_rows_.size(), true});
+        }
+        compute_rope_angles(n, [&](std::size_t i) { return row_position_[i]; });
+        const LogitsView view =
+            run_pass(std::span<const Token>(row_tokens_.data(), n), [&](std::size_t layer) { feed_attention(layer); });
+        for (const FeedRows& f : feed_rows_) f.cache->set_size(f.past + f.count);
         return view;
     }
 
+    // A pass of n rows as one run (the tree pass): the path forward() takes for n tokens.
+    void set_single_run(std::size_t n) {
+        layer_runs_.assign(1, ColumnRun{0, n, true});
+        head_runs_.assign(1, ColumnRun{0, n, true});
+        head_rows_.resize(n);
+        for (std::size_t i = 0; i < n; ++i) head_rows_[i] = i;
+    }
+
+    // targets x columns of x, run by run (see run_feeds): a run may take the
+    // blocked product when it is wide, unless a block-quantised matrix forbids
+    // it (see the constructor).
+    void matmul_runs(std::span<const cpu::MatmulTarget> targets, const float* x, std::size_t x_stride,
+                     std::span<const ColumnRun> runs) {
+        cpu::MatmulTarget shifted[3];
+        for (const ColumnRun& run : runs) {
+            for (std::size_t t = 0; t < targets.size(); ++t) {
+                const cpu::MatmulTarget& target = targets[t];
+                shifted[t] = {target.weight, target.y + run.first * target.y_stride, target.y_stride, target.accumulate};
+            }
+            cpu::matmul(*pool_, std::span<const cpu::MatmulTarget>(shifted, targets.size()), x + run.first * x_stride,
+                        x_stride, run.count, run.may_block && !quantized_);
+        }
+    }
+
     // The layers and the output head over n = tokens.size() rows whose RoPE
-    // angles are computed; keys and values go to the cache slots first_slot..,
-    // and attend(layer) fills attention_out_ from q_ and the cache.
+    // angles, cache places (row_cache_, row_position_) and column runs are
+    // set; attend(layer) fills attention_out_ from q_ and the cache. Returns
+    // the logits of the rows head_rows_, in that order.
     template <class Attend>
-    LogitsView run_pass(std::span<const Token> tokens, std::size_t first_slot, bool all_rows, Attend&& attend) {
+    LogitsView run_pass(std::span<const Token> tokens, Attend&& attend) {
         const LlamaConfig& c = weights_.config;
         const std::size_t n = tokens.size();
         const std::size_t dim = c.embedding_dim, kv_dim = c.kv_dim(), ffn = c.feed_forward_dim;
@@ -275,14 +500,15 @@ private:
                 {&w.key, k_.data(), kv_dim, false},
                 {&w.value, v_.data(), kv_dim, false},
             };
-            cpu::matmul(*pool_, qkv, normed_.data(), dim, n, !quantized_);
+            matmul_runs(qkv, normed_.data(), dim, layer_runs_);
             for_each_row(n, [&](std::size_t i) {
                 add_qkv_biases(w, i);
                 apply_rope(i);
-                store_keys_values(layer, first_slot, i);
+                store_keys_values(layer, i);
             });
             attend(layer);
-            cpu::matmul(*pool_, w.attention_output, attention_out_.data(), dim, n, x_.data(), dim, /*accumulate=*/true, !quantized_);
+            const cpu::MatmulTarget attention_output[] = {{&w.attention_output, x_.data(), dim, /*accumulate=*/true}};
+            matmul_runs(attention_output, attention_out_.data(), dim, layer_runs_);
 
             for_each_row(n, [&](std::size_t i) {
                 cpu::rms_norm(&x_[i * dim], w.ffn_norm.data(), dim, c.rms_norm_eps, &normed_[i * dim]);
@@ -291,15 +517,17 @@ private:
                 {&w.ffn_gate, gate_.data(), ffn, false},
                 {&w.ffn_up, up_.data(), ffn, false},
             };
-            cpu::matmul(*pool_, gate_up, normed_.data(), dim, n, !quantized_);
+            matmul_runs(gate_up, normed_.data(), dim, layer_runs_);
             for_each_row(n, [&](std::size_t i) { cpu::swiglu(&gate_[i * ffn], &up_[i * ffn], ffn); });
-            cpu::matmul(*pool_, w.ffn_down, gate_.data(), ffn, n, x_.data(), dim, /*accumulate=*/true, !quantized_);
+            const cpu::MatmulTarget ffn_down[] = {{&w.ffn_down, x_.data(), dim, /*accumulate=*/true}};
+            matmul_runs(ffn_down, gate_.data(), ffn, layer_runs_);
         }
-        const std::size_t first_row = all_rows ? 0 : n - 1, rows = n - first_row;
+        const std::size_t rows = head_rows_.size();
         for_each_row(rows, [&](std::size_t i) {
-            cpu::rms_norm(&x_[(first_row + i) * dim], weights_.output_norm.data(), dim, c.rms_norm_eps, &normed_[i * dim]);
+            cpu::rms_norm(&x_[head_rows_[i] * dim], weights_.output_norm.data(), dim, c.rms_norm_eps, &normed_[i * dim]);
         });
-        cpu::matmul(*pool_, weights_.output, normed_.data(), dim, rows, logits_.data(), c.vocab_size, false, !quantized_);
+        const cpu::MatmulTarget head[] = {{&weights_.output, logits_.data(), c.vocab_size, false}};
+        matmul_runs(head, normed_.data(), dim, head_runs_);
         return LogitsView{logits_.data(), rows, c.vocab_size, c.vocab_size};
     }
 
@@ -319,6 +547,11 @@ private:
         grow(logits_, n * c.vocab_size);
         grow(rope_cos_, n * inverse_frequencies_.size());
         grow(rope_sin_, n * inverse_frequencies_.size());
+        if (row_tokens_.size() < n) {
+            row_tokens_.resize(n);
+            row_cache_.resize(n);
+            row_position_.resize(n);
+        }
     }
 
     // RoPE angles of rows [0, n), row i at position position_of(i).
@@ -377,43 +610,55 @@ private:
         for (std::size_t h = 0; h < c.kv_heads(); ++h) rotate(k + h * hd, cosines, sines, pairs);
     }
 
-    // Copies row i's keys and values into the head-major cache, at slot first_slot + i.
-    void store_keys_values(std::size_t layer, std::size_t first_slot, std::size_t i) {
+    // Copies row i's keys and values into the head-major cache of its slot, at its position.
+    void store_keys_values(std::size_t layer, std::size_t i) {
         const LlamaConfig& c = weights_.config;
-        const std::size_t hd = c.head_dim();
+        const std::size_t hd = c.head_dim(), position = row_position_[i];
+        KvCache& cache = *row_cache_[i];
         for (std::size_t h = 0; h < c.kv_heads(); ++h) {
-            std::copy_n(&k_[i * c.kv_dim() + h * hd], hd, cache_.keys(layer, h, first_slot + i));
-            std::copy_n(&v_[i * c.kv_dim() + h * hd], hd, cache_.values(layer, h, first_slot + i));
+            std::copy_n(&k_[i * c.kv_dim() + h * hd], hd, cache.keys(layer, h, position));
+            std::copy_n(&v_[i * c.kv_dim() + h * hd], hd, cache.values(layer, h, position));
         }
     }
 
-    // Causal softmax attention of the n new queries over positions [0, past + i].
-    void attention(std::size_t layer, std::size_t past, std::size_t n) {
+    // Causal softmax attention of every feed's queries over its own slot,
+    // each query over positions [0, its own]: wide feeds as blocks of queries
+    // (what forward() runs for them), every other row on its own.
+    void feed_attention(std::size_t layer) {
         const LlamaConfig& c = weights_.config;
         const std::size_t hd = c.head_dim(), heads = c.head_count, group = c.head_count / c.kv_heads();
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        if (n > cpu::kWideColumns && !quantized_) {
-            // Wide passes: blocks of queries per head as matrix products, in
-            // whole column strips of the blocked kernel.
-            constexpr std::size_t kQueryBlock = 6 * cpu::detail::kStripColumns;
-            const std::size_t blocks = (n + kQueryBlock - 1) / kQueryBlock;
-            pool_->parallel_for(blocks * heads, [&](std::size_t task) {
-                // Longest blocks (last queries) first, so that the threads finish together.
-                const std::size_t b = blocks - 1 - task / heads, h = task % heads, kv_head = h / group;
-                const std::size_t first = b * kQueryBlock, count = std::min(kQueryBlock, n - first);
-                cpu::attend_block(&q_[first * c.embedding_dim + h * hd], c.embedding_dim, count, past + first,
-                                  cache_.keys(layer, kv_head, 0), cache_.values(layer, kv_head, 0), hd, hd, scale,
-                                  &attention_out_[first * c.embedding_dim + h * hd], c.embedding_dim);
-            });
-            return;
+        for (const FeedRows& feed : feed_rows_) {
+            if (feed.wide) block_attention(layer, feed, scale);
         }
-        pool_->parallel_for(n * heads, [&](std::size_t task) {
-            const std::size_t i = task / heads, h = task % heads, kv_head = h / group;
-            const std::size_t positions = past + i + 1;
+        if (narrow_rows_.empty()) return;
+        pool_->parallel_for(narrow_rows_.size() * heads, [&](std::size_t task) {
+            const std::size_t i = narrow_rows_[task / heads], h = task % heads, kv_head = h / group;
+            KvCache& cache = *row_cache_[i];
+            const std::size_t positions = row_position_[i] + 1;
             thread_local std::vector<float> scores;
             if (scores.size() < positions) scores.resize(positions);
-            cpu::attend(&q_[i * c.embedding_dim + h * hd], cache_.keys(layer, kv_head, 0), cache_.values(layer, kv_head, 0), hd,
+            cpu::attend(&q_[i * c.embedding_dim + h * hd], cache.keys(layer, kv_head, 0), cache.values(layer, kv_head, 0), hd,
                         positions, hd, scale, scores.data(), &attention_out_[i * c.embedding_dim + h * hd]);
+        });
+    }
+
+    // A wide feed's queries per head as blocks of matrix products, in whole
+    // column strips of the blocked kernel.
+    void block_attention(std::size_t layer, const FeedRows& feed, float scale) {
+        const LlamaConfig& c = weights_.config;
+        const std::size_t hd = c.head_dim(), heads = c.head_count, group = c.head_count / c.kv_heads();
+        constexpr std::size_t kQueryBlock = 6 * cpu::detail::kStripColumns;
+        const std::size_t n = feed.count, blocks = (n + kQueryBlock - 1) / kQueryBlock;
+        KvCache& cache = *feed.cache;
+        pool_->parallel_for(blocks * heads, [&](std::size_t task) {
+            // Longest blocks (last queries) first, so that the threads finish together.
+            const std::size_t b = blocks - 1 - task / heads, h = task % heads, kv_head = h / group;
+            const std::size_t first = b * kQueryBlock, count = std::min(kQueryBlock, n - first);
+            const std::size_t row = feed.first_row + first;
+            cpu::attend_block(&q_[row * c.embedding_dim + h * hd], c.embedding_dim, count, feed.past + first,
+                              cache.keys(layer, kv_head, 0), cache.values(layer, kv_head, 0), hd, hd, scale,
+                              &attention_out_[row * c.embedding_dim + h * hd], c.embedding_dim);
         });
     }
 
@@ -458,7 +703,8 @@ private:
             thread_local std::vector<float> scores;
             if (scores.size() < tree_visible_) scores.resize(tree_visible_);
             const std::size_t first_run = tree_run_offsets_[i];
-            cpu::attend_runs(&q_[i * c.embedding_dim + h * hd], cache_.keys(layer, kv_head, 0), cache_.values(layer, kv_head, 0), hd,
+            KvCache& cache = caches_.front();
+            cpu::attend_runs(&q_[i * c.embedding_dim + h * hd], cache.keys(layer, kv_head, 0), cache.values(layer, kv_head, 0), hd,
                              &tree_runs_[first_run], tree_run_offsets_[i + 1] - first_run, hd, scale, scores.data(),
                              &attention_out_[i * c.embedding_dim + h * hd]);
         });
@@ -467,7 +713,8 @@ private:
     LlamaWeights weights_;
     std::string name_;
     std::shared_ptr<cpu::ThreadPool> pool_;
-    KvCache cache_;
+    std::vector<KvCache> caches_;  // one per sequence slot; slot 0 is forward()'s
+    bool batch_invariant_ = true;
     std::vector<float> inverse_frequencies_;
     bool quantized_ = false;  // some matrix is block-quantised
     // Activations of the current forward, n rows each (reused between calls).
@@ -479,10 +726,21 @@ private:
     std::vector<cpu::RowRun> tree_runs_;
     std::vector<std::size_t> tree_run_offsets_, ancestors_;
     std::size_t tree_visible_ = 0;  // the most rows one node attends to
+    // The current pass's rows: token, cache slot and position of each row.
+    std::vector<Token> row_tokens_;
+    std::vector<KvCache*> row_cache_;
+    std::vector<std::size_t> row_position_;
+    // Its feeds, the column runs of its layer products and of its output
+    // head, the rows the head returns, the rows attending one by one.
+    std::vector<FeedRows> feed_rows_;
+    std::vector<ColumnRun> layer_runs_, head_runs_;
+    std::vector<std::size_t> head_rows_, narrow_rows_;
+    std::vector<char> slot_used_;  // forward_batch validation
 };
 
 static_assert(CausalLM<LlamaModel>);
 static_assert(LastRowLM<LlamaModel>);
 static_assert(TreeLM<LlamaModel>);
+static_assert(MultiSequenceLM<LlamaModel>);
 
 }  // namespace specdec

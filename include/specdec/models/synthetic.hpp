@@ -83,6 +83,8 @@ struct SyntheticOptions {
     std::size_t threads = 0;                          // see LlamaOptions
     std::size_t max_context = 0;                      // see LlamaOptions
     std::shared_ptr<cpu::ThreadPool> thread_pool{};     // share one pool between target and draft
+    std::size_t sequences = 1;                        // KV cache slots, see LlamaOptions
+    bool batch_invariant = true;                      // see LlamaOptions
 };
 
 namespace detail {
@@ -228,6 +230,8 @@ inline LlamaOptions synthetic_model_options(const SyntheticOptions& options, std
     LlamaOptions o;
     o.threads = options.threads;
     o.max_context = options.max_context;
+    o.sequences = options.sequences;
+    o.batch_invariant = options.batch_invariant;
     o.thread_pool = options.thread_pool ? options.thread_pool : std::make_shared<cpu::ThreadPool>(options.threads);
     o.name = std::move(name);
     return o;
