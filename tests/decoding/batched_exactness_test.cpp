@@ -21,7 +21,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
+#include <iostream>
 #include <span>
 #include <sstream>
 #include <string>
@@ -314,6 +316,8 @@ TEST_CASE("batched decoding with a draft model is exact per request among batch 
         std::ostringstream lengths;
         for (std::size_t n = 0; n < counts->lengths.size(); ++n) lengths << ' ' << n << ':' << counts->lengths[n];
         INFO("measured request's draft lengths (length:steps):" << lengths.str());
+        if (const char* verbose = std::getenv("SPECDEC_EXACTNESS_REPORT"); verbose != nullptr && *verbose != '\0')
+            std::cout << "exactness: measured request's draft lengths (length:steps):" << lengths.str() << '\n';
         REQUIRE(counts->lengths.size() == k + 1);
         CHECK(counts->lengths[k] > 0);
         CHECK(counts->lengths[k] < counts->samples);
