@@ -146,9 +146,6 @@ specdec::GenerationResult alone(const Request& request, ToyLMOptions target_mode
     return decoder.generate(request.prompt);
 }
 
-}  // namespace batched_bad_input
-
-using namespace batched_bad_input;
 
 TEST_CASE("batched submit refuses a bad request with a clear error, queues nothing, and the others are unchanged",
           "[errors][batched]") {
@@ -403,8 +400,6 @@ TEST_CASE("a batched decoder over a single-sequence target serves its requests o
     }
 }
 
-namespace batched_bad_input {
-
 // A multi-sequence adapter with a batching bug: a pass over several
 // sequences returns one row too few (a single sequence's pass is right).
 class DropsARowOfBatches {
@@ -433,8 +428,6 @@ private:
     std::vector<float> rows_;
 };
 static_assert(specdec::MultiSequenceLM<DropsARowOfBatches>);
-
-}  // namespace batched_bad_input
 
 TEST_CASE("batched: a multi-sequence adapter whose batched pass returns a row too few fails the requests of that pass "
           "with a message, as target or as draft",
@@ -469,3 +462,5 @@ TEST_CASE("batched: a multi-sequence adapter whose batched pass returns a row to
         check_all_failed(decoder, "draft model forward_batch returned");
     }
 }
+
+}  // namespace batched_bad_input

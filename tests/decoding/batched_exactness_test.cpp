@@ -273,9 +273,6 @@ private:
 };
 static_assert(specdec::MultiSequenceLM<RowsLastFeedFirst>);
 
-}  // namespace batched_exactness
-
-using namespace batched_exactness;
 
 TEST_CASE("batched decoding with a draft model is exact per request among batch mates: token-wise and block, fixed k",
           "[exactness][decoder][batched]") {
@@ -379,3 +376,5 @@ TEST_CASE("negative control: a batched pass that returns the feeds' rows last fe
     check_caught(report, k);
     check_batched(counts);
 }
+
+}  // namespace batched_exactness

@@ -195,9 +195,6 @@ void check_every_batch_size(const std::function<MultiSequencePair(std::size_t)>&
     }
 }
 
-}  // namespace batched_greedy
-
-using namespace batched_greedy;
 
 TEST_CASE("batched greedy decoding on the synthetic pair equals each request's own autoregressive tokens, 1 to 32 "
           "slots, random admission",
@@ -229,3 +226,5 @@ TEST_CASE("batched greedy decoding on stories260K equals each request's own auto
         },
         reference, 900);
 }
+
+}  // namespace batched_greedy

@@ -97,9 +97,6 @@ struct Pending {
     bool cancelled = false;  // cancel() was called on it
 };
 
-}  // namespace batched_soak
-
-using namespace batched_soak;
 
 TEST_CASE("soak: continuous batching over 100k tokens in over 1000 requests admitted and retired mid-flight stays "
           "exact, error-free and flat in memory",
@@ -235,3 +232,5 @@ TEST_CASE("soak: continuous batching over 100k tokens in over 1000 requests admi
         CHECK(rss_peak_after_warmup < rss_after_warmup + 2 * 1048576);
     }
 }
+
+}  // namespace batched_soak
