@@ -463,18 +463,30 @@ private:
         if constexpr (kLockstep) {
             draft_in_lockstep(report);
         } else {
+            // A drafter that runs no model (prompt lookup) is timed too, as one
+            // round over the requests it was asked to draft for: a policy prices
+            // an untimed draft round as dear, and would never draft with it.
+            std::size_t model_free = 0;
+            double model_free_seconds = 0.0;
             for (Active& a : active_) {
                 try {
                     a.proposal = a.slot->propose_alone(a.record, a.k_max);
                     if (a.proposal.forward_passes > 0) {
                         round_widths_.push_back(1);
                         round_seconds_.push_back(a.record.stats().draft_seconds);
+                    } else if (a.k_max > 0) {
+                        ++model_free;
+                        model_free_seconds += a.record.stats().draft_seconds;
                     }
                 } catch (const Error& error) {
                     fail(a, error);
                 }
                 report.drafts += a.proposal.size();
                 report.draft_rounds += a.proposal.forward_passes;
+            }
+            if (model_free > 0) {
+                round_widths_.push_back(model_free);
+                round_seconds_.push_back(model_free_seconds);
             }
         }
     }
