@@ -161,12 +161,14 @@ SampledRun run_with_mates(Decoder& decoder, const std::vector<Token>& prompt, De
 // A fixed cost model in place of the clock for a shared AutoBatchLength, so
 // that the lengths it chooses, and with them the test's statistic, are the
 // same in every run (a test with fixed seeds must not pass or fail by the
-// machine's load): a target pass of n tokens costs 1 + 0.01 n + 0.002 n^2
-// (memory-bound at first, then compute-bound), a draft round over b sequences
-// 0.05 + 0.01 b, 0.001 a verified row. The policy is shared by the decoders
-// of every sample, so that it plans from what earlier samples measured.
+// machine's load): a target pass of n tokens costs 1 + a n + b n^2 (by
+// default memory-bound at first, then compute-bound), a draft round over s
+// sequences c + d s (by default 0.05 + 0.01 s), 0.001 a verified row. The policy is shared by the
+// decoders of every sample, so that it plans from what earlier samples measured.
 struct ScriptedCosts {
     specdec::AutoBatchLength* policy;
+    double per_token = 0.01, per_token_squared = 0.002;
+    double round_base = 0.05, round_per_sequence = 0.01;
     std::vector<double> round_seconds{};
 
     void plan(std::span<const specdec::SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
@@ -175,11 +177,11 @@ struct ScriptedCosts {
     void observe(const specdec::BatchOutcome& measured) {
         specdec::BatchOutcome outcome = measured;
         const double n = static_cast<double>(outcome.target_width);
-        outcome.target_seconds = 1.0 + 0.01 * n + 0.002 * n * n;
+        outcome.target_seconds = 1.0 + per_token * n + per_token_squared * n * n;
         round_seconds.clear();
         double drafting = 0.0;
         for (const std::size_t b : outcome.draft_round_widths) {
-            round_seconds.push_back(0.05 + 0.01 * static_cast<double>(b));
+            round_seconds.push_back(round_base + round_per_sequence * static_cast<double>(b));
             drafting += round_seconds.back();
         }
         outcome.draft_round_seconds = round_seconds;
@@ -341,6 +343,34 @@ TEST_CASE("batched prompt lookup is exact per request among batch mates, all 8 d
         CHECK(report.accepted[2] > 0);
         check_batched(counts);
     }
+}
+
+TEST_CASE("batched prompt lookup with block verification and AutoBatchLength is exact per request among batch mates",
+          "[exactness][decoder][batched][length-policy]") {
+    // Lookup's drafts past the third are rarely kept here, so that a policy
+    // that prices them would stop drafting before them: k = 3, a target pass
+    // priced as memory-bound (1 + 0.0005 n) and lookup as nearly free, where
+    // drafting pays.
+    constexpr std::size_t k = 3;
+    const SamplingOptions sampling{.temperature = 1.0};
+    ToySlots target = toy_slots(target_options());
+    const ToyLM reference(target_options());
+    specdec::PromptLookupDrafter drafter({.min_ngram = 1, .max_ngram = 3});
+    specdec::AutoBatchLength policy = deep_auto_policy(k);
+    ScenarioCounts counts;
+    const ExactnessSetup setup = setup_for("batched prompt lookup, block, auto", kLookupPrompt, k, reference, sampling);
+    const auto report = run_exactness(setup, [&](std::uint64_t seed) {
+        BatchedDecoder<ToySlots, specdec::PromptLookupDrafter, specdec::BlockVerification, ScriptedCosts> decoder(
+            specdec::target(target), specdec::draft(drafter), {}, specdec::BlockVerification{},
+            ScriptedCosts{.policy = &policy, .per_token = 0.0005, .per_token_squared = 0.0, .round_base = 0.0001,
+                          .round_per_sequence = 0.00001});
+        return run_with_mates(decoder, kLookupPrompt, {.draft_tokens = k, .sampling = sampling, .max_new_tokens = setup.length},
+                              seed, counts);
+    });
+    check_exact(report, k);
+    // The deepest position was drafted at many first steps, not only in the warm-up.
+    CHECK(report.reached[k - 1] > kSamples / 2);
+    check_batched(counts);
 }
 
 TEST_CASE("batched plain decoding (NoDrafts) is exact per request among batch mates", "[exactness][decoder][batched]") {
