@@ -432,8 +432,9 @@ static_assert(specdec::MultiSequenceLM<DropsARowOfBatches>);
 TEST_CASE("batched: a multi-sequence adapter whose batched pass returns a row too few fails the requests of that pass "
           "with a message, as target or as draft",
           "[errors][batched][misuse]") {
-    // Prompts of one token (nothing to prefill) and one of three: the passes
-    // hold two or three sequences from the first step.
+    // Prompts of one token (nothing to prefill) and one of three; every
+    // request drafts its cap (FixedBatchLength, whatever a policy's warm-up
+    // would do): the passes hold all three sequences from the first step.
     const std::vector<Request> requests{
         {{1}, {.draft_tokens = 3, .sampling = {.temperature = 1.0}, .seed = 1, .max_new_tokens = 8}},
         {{2}, {.draft_tokens = 2, .sampling = {.temperature = 0.0}, .seed = 2, .max_new_tokens = 8}},
@@ -452,13 +453,15 @@ TEST_CASE("batched: a multi-sequence adapter whose batched pass returns a row to
     SECTION("as target") {
         DropsARowOfBatches target(target_options(), 3);
         ToySlots draft(3, [] { return ToyLM(draft_options()); });
-        specdec::BatchedDecoder<DropsARowOfBatches, ToySlots> decoder(specdec::target(target), specdec::draft(draft));
+        specdec::BatchedDecoder<DropsARowOfBatches, ToySlots, specdec::TokenwiseRejection, specdec::FixedBatchLength> decoder(
+            specdec::target(target), specdec::draft(draft));
         check_all_failed(decoder, "model forward_batch returned");
     }
     SECTION("as draft, drafting in lockstep") {
         ToySlots target(3, [] { return ToyLM(target_options()); });
         DropsARowOfBatches draft(draft_options(), 3);
-        specdec::BatchedDecoder<ToySlots, DropsARowOfBatches> decoder(specdec::target(target), specdec::draft(draft));
+        specdec::BatchedDecoder<ToySlots, DropsARowOfBatches, specdec::TokenwiseRejection, specdec::FixedBatchLength> decoder(
+            specdec::target(target), specdec::draft(draft));
         check_all_failed(decoder, "draft model forward_batch returned");
     }
 }
