@@ -4,8 +4,9 @@
 #   1. the whole test suite, its test binaries built with AddressSanitizer +
 #      UndefinedBehaviorSanitizer (build/: every finding fails the test; the
 #      examples, tools and benchmarks it also runs are plain Release builds);
-#   2. the soak (20k generated tokens under the sanitizers, 100k in a plain
-#      build; on its own: ./build/tests/specdec_model_tests "[soak]");
+#   2. the soaks, of generate() calls and of continuous batching (each 20k
+#      generated tokens under the sanitizers, 100k in a plain build; on their
+#      own: ./build/tests/specdec_model_tests "[soak]");
 #   3. the model and thread-pool tests under ThreadSanitizer (build-tsan/),
 #      but for the [slow] cases on the 100m model.
 # The suite of stage 1 includes the fuzz targets replaying their committed
@@ -29,9 +30,10 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSPECDEC_SANITIZE="$address" "${
 cmake --build build -j"$jobs"
 stage "test suite"
 ctest --test-dir build --no-tests=error --output-on-failure -j"$jobs"
-# The soak (hidden from CTest's list because it runs for minutes): 100k
-# tokens in a plain build, where it also checks that resident memory stays
-# flat; 20k under the sanitizers, which run it several times slower.
+# The soaks (tag [soak], hidden from CTest's list because they run for
+# minutes): 100k tokens each in a plain build, where they also check that
+# resident memory stays flat; 20k under the sanitizers, which run them
+# several times slower.
 stage "soak"
 soak_tokens=100000
 [ "$sanitizers" = 0 ] || soak_tokens=20000

@@ -479,18 +479,30 @@ private:
         if constexpr (kLockstep) {
             draft_in_lockstep(report);
         } else {
+            // A drafter that runs no model (prompt lookup) is timed too, as one
+            // round over the requests it was asked to draft for: a policy prices
+            // an untimed draft round as dear, and would never draft with it.
+            std::size_t model_free = 0;
+            double model_free_seconds = 0.0;
             for (Active& a : active_) {
                 try {
                     a.proposal = a.slot->propose_alone(a.record, a.k_max);
                     if (a.proposal.forward_passes > 0) {
                         round_widths_.push_back(1);
                         round_seconds_.push_back(a.record.stats().draft_seconds);
+                    } else if (a.k_max > 0) {
+                        ++model_free;
+                        model_free_seconds += a.record.stats().draft_seconds;
                     }
                 } catch (const Error& error) {
                     fail(a, error);
                 }
                 report.drafts += a.proposal.size();
                 report.draft_rounds += a.proposal.forward_passes;
+            }
+            if (model_free > 0) {
+                round_widths_.push_back(model_free);
+                round_seconds_.push_back(model_free_seconds);
             }
         }
     }
@@ -537,7 +549,15 @@ private:
                 a.slot->drafter().kv_sync().record_fed(feeds_[f].tokens);
                 ++a.proposal.forward_passes;
                 try {
-                    if (rows.vocab != vocab) throw Error("draft model returned logits rows of the wrong width");
+                    // Checked before any row is read: a pass that returned fewer rows than
+                    // feeds would hand the last requests memory the model never wrote.
+                    if (rows.rows != drafting_.size() || rows.vocab != vocab || rows.data == nullptr ||
+                        (rows.rows > 1 && rows.row_stride < rows.vocab)) {
+                        throw Error("draft model forward_batch returned " + std::to_string(rows.rows) +
+                                    " logits rows of " + std::to_string(rows.vocab) + " values for " +
+                                    std::to_string(drafting_.size()) + " sequences: expected one row of vocab_size() = " +
+                                    std::to_string(vocab) + " values per sequence");
+                    }
                     const bool kept = detail::draft_from_row(rows.row(f), requests_[drafting_[f]], round, a.proposal);
                     if (kept && round + 1 < a.k_max && !detail::stop_before_pass(requests_[drafting_[f]], round + 1)) {
                         still_.push_back(drafting_[f]);

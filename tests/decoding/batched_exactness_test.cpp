@@ -1,0 +1,410 @@
+// Exactness of the batched decoder per request, through the exactness harness
+// (support/exactness_harness.hpp): the measured request is decoded WITH batch
+// mates, so that every sample runs the batch machinery as a server would:
+//   - a mate with the measured prompt runs first and ends within two steps, so
+//     that the measured request is admitted mid-flight into the slot it leaves
+//     and reuses that slot's caches (target and draft) for the common prefix;
+//   - another mate is running when it is admitted, one more arrives with it
+//     and three more one step later (some of them wait for a free slot), each
+//     with a prompt, length, temperature or transform, draft length, stop
+//     token and seed of its own, drawn from a stream apart from the measured
+//     request's seed;
+//   - every step is one target pass over all of them (MultiSlot target), and
+//     with a draft model, lockstep draft rounds over a multi-slot draft.
+// The measured request's generated sequences (length >= k + 1, so that its
+// first step drafts every position) must follow the processed target's
+// distribution: p >= 1e-3 with every draft position reached. The negative
+// control, a model whose batched pass returns the feeds' rows last feed first,
+// must be caught by the same statistic (p < 1e-6).
+// Set SPECDEC_EXACTNESS_REPORT=1 to print each configuration's chi-square and
+// the per-position reached/accepted counts.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "specdec/decoding/batched_decoder.hpp"
+#include "specdec/specdec.hpp"
+#include "support/catch.hpp"
+#include "support/exactness_harness.hpp"
+#include "support/slot_models.hpp"
+#include "support/toy_models.hpp"
+
+namespace batched_exactness {
+
+using specdec::BatchedDecoder;
+using specdec::DecodingOptions;
+using specdec::RandomPurpose;
+using specdec::RequestId;
+using specdec::RequestStatus;
+using specdec::SamplingOptions;
+using specdec::Token;
+using specdec::test::check_caught;
+using specdec::test::check_exact;
+using specdec::test::ExactnessReport;
+using specdec::test::ExactnessSetup;
+using specdec::test::MultiSlot;
+using specdec::test::reference_conditional;
+using specdec::test::run_exactness;
+using specdec::test::SampledRun;
+using specdec::test::ToyLM;
+using specdec::test::ToyLMOptions;
+
+constexpr std::size_t kSlots = 4;
+constexpr std::size_t kSamples = 20000;
+constexpr std::size_t kVocab = 3;
+
+// The target, and a draft correlated with it (the same logits plus seeded
+// noise) so that deep draft positions are reached and accepted often.
+ToyLMOptions target_options() { return {.vocab = kVocab, .seed = 5, .sharpness = 1.2}; }
+ToyLMOptions draft_options() { return {.vocab = kVocab, .seed = 5, .sharpness = 1.2, .noise_seed = 99, .noise = 0.5}; }
+
+using ToySlots = MultiSlot<ToyLM>;
+ToySlots toy_slots(ToyLMOptions options) {
+    return ToySlots(kSlots, [options] { return ToyLM(options); });
+}
+
+// The batch mates of one sample, drawn from a stream of their own: never from
+// the measured request's seed, whose uniforms decide its tokens.
+class Mates {
+public:
+    explicit Mates(std::uint64_t sample_seed) : choices_{sample_seed * 0x9E3779B97F4A7C15ull + 0x5851F42D4C957F2Dull} {}
+
+    std::size_t below(std::size_t n) {
+        return std::min(n - 1, static_cast<std::size_t>(choices_.uniform(draws_++, RandomPurpose::draft_sample) * n));
+    }
+
+    std::vector<Token> prompt(std::size_t shortest, std::size_t longest) {
+        std::vector<Token> tokens(shortest + below(longest - shortest + 1));
+        for (Token& t : tokens) t = static_cast<Token>(below(kVocab));
+        return tokens;
+    }
+
+    // Other temperatures and transforms (greedy included), draft lengths and
+    // seeds; one in three stops at a token.
+    DecodingOptions options(std::size_t max_new_tokens) {
+        static const SamplingOptions kSamplings[] = {
+            {.temperature = 0.0}, {.temperature = 0.7}, {.temperature = 1.3, .top_k = 2}, {.temperature = 1.0, .top_p = 0.8}};
+        DecodingOptions options{.draft_tokens = 1 + below(6),
+                                .sampling = kSamplings[below(4)],
+                                .seed = 1000003 + draws_ * 7919 + choices_.seed % 104729,
+                                .max_new_tokens = max_new_tokens};
+        if (below(3) == 0) options.stop_tokens = {static_cast<Token>(below(kVocab))};
+        return options;
+    }
+
+private:
+    specdec::CounterRng choices_;
+    std::uint64_t draws_ = 0;
+};
+
+// What the samples of one configuration did besides their tokens.
+struct ScenarioCounts {
+    std::size_t samples = 0;
+    std::size_t reused_prefix = 0;     // the measured request's prompt came from its slot's cache
+    std::size_t admitted_later = 0;    // steps that admitted a request while others ran
+    std::size_t shared_passes = 0;     // target passes holding the measured request and at least one mate
+    std::vector<std::size_t> lengths;  // the measured request's draft lengths (draft_length_counts)
+};
+
+// One sample: mates, the measured request (prompt, options with the sample's
+// seed) admitted mid-flight, more mates, then every request to its end.
+template <class Decoder>
+SampledRun run_with_mates(Decoder& decoder, const std::vector<Token>& prompt, DecodingOptions measured,
+                          std::uint64_t seed, ScenarioCounts& counts) {
+    Mates mates(seed);
+    measured.seed = seed;
+    // Mate A has the measured prompt and ends within two steps: its slot holds
+    // the prompt (and what A generated and drafted) when the measured request
+    // arrives, and is the free slot sharing the longest prefix with it.
+    decoder.submit(prompt, mates.options(2));
+    // Mate B needs at least 4 steps (at most 7 tokens a step): it shares the
+    // measured request's first passes.
+    decoder.submit(mates.prompt(1, 6), mates.options(22 + mates.below(10)));
+    decoder.step();
+    decoder.step();
+    const RequestId id = decoder.submit(prompt, measured);
+    // Mate C arrives with it (after it, so that it does not take A's slot).
+    decoder.submit(mates.prompt(1, 6), mates.options(2 + mates.below(10)));
+    auto step = [&] {
+        const bool others_running = decoder.running_requests() > 0;
+        const RequestStatus before = decoder.status(id);
+        const specdec::BatchStepReport report = decoder.step();
+        if (others_running && report.admitted > 0) ++counts.admitted_later;
+        // In the pass: running before the step, or admitted by it.
+        const bool in_pass = before == RequestStatus::running ||
+                             (before == RequestStatus::waiting && decoder.status(id) != RequestStatus::waiting);
+        if (in_pass && report.sequences > 1) ++counts.shared_passes;
+    };
+    step();
+    for (int i = 0; i < 3; ++i) decoder.submit(mates.prompt(1, 8), mates.options(2 + mates.below(12)));
+    while (!decoder.idle()) step();
+    const std::vector<specdec::RequestResult> results = decoder.take_finished();
+    REQUIRE(results.size() == 7);
+    const auto it = std::find_if(results.begin(), results.end(), [&](const auto& r) { return r.id == id; });
+    REQUIRE(it != results.end());
+    INFO(it->error);
+    REQUIRE(it->status == RequestStatus::finished);
+    for (const auto& r : results) REQUIRE(r.status == RequestStatus::finished);
+    ++counts.samples;
+    if (it->generation.stats.prefill_tokens == 0 && prompt.size() > 1) ++counts.reused_prefix;
+    specdec::test::detail::add_counts(counts.lengths, it->generation.stats.draft_length_counts);
+    return specdec::test::sampled_run(it->generation);
+}
+
+// A fixed cost model in place of the clock for a shared AutoBatchLength, so
+// that the lengths it chooses, and with them the test's statistic, are the
+// same in every run (a test with fixed seeds must not pass or fail by the
+// machine's load): a target pass of n tokens costs 1 + a n + b n^2 (by
+// default memory-bound at first, then compute-bound), a draft round over s
+// sequences c + d s (by default 0.05 + 0.01 s), 0.001 a verified row. The policy is shared by the
+// decoders of every sample, so that it plans from what earlier samples measured.
+struct ScriptedCosts {
+    specdec::AutoBatchLength* policy;
+    double per_token = 0.01, per_token_squared = 0.002;
+    double round_base = 0.05, round_per_sequence = 0.01;
+    std::vector<double> round_seconds{};
+
+    void plan(std::span<const specdec::SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
+        policy->plan(queries, lengths);
+    }
+    void observe(const specdec::BatchOutcome& measured) {
+        specdec::BatchOutcome outcome = measured;
+        const double n = static_cast<double>(outcome.target_width);
+        outcome.target_seconds = 1.0 + per_token * n + per_token_squared * n * n;
+        round_seconds.clear();
+        double drafting = 0.0;
+        for (const std::size_t b : outcome.draft_round_widths) {
+            round_seconds.push_back(round_base + round_per_sequence * static_cast<double>(b));
+            drafting += round_seconds.back();
+        }
+        outcome.draft_round_seconds = round_seconds;
+        outcome.acceptance_seconds = 0.001 * n;
+        outcome.total_seconds = outcome.target_seconds + drafting + outcome.acceptance_seconds;
+        policy->observe(outcome);
+    }
+    void forget(std::uint64_t id) { policy->forget(id); }
+};
+
+// An AutoBatchLength whose warm-up drafts the deepest position (its warm-up
+// length is the measured request's k) and that explores often.
+specdec::AutoBatchLength deep_auto_policy(std::size_t k) {
+    return specdec::AutoBatchLength({.warmup_steps = 6, .warmup_length = k, .explore_every = 3});
+}
+
+const std::vector<Token> kPrompt{1, 2};
+
+// A period-9 pattern over 3 tokens, repeated: prompt lookup proposes 8 tokens
+// (the continuation of the previous period) at the first step.
+const std::vector<Token> kLookupPrompt{0, 1, 1, 2, 0, 2, 2, 1, 0, 0, 1, 1, 2, 0, 2, 2, 1, 0};
+
+ExactnessSetup setup_for(std::string name, const std::vector<Token>& prompt, std::size_t k, const ToyLM& reference,
+                         const SamplingOptions& sampling) {
+    return ExactnessSetup{.name = std::move(name),
+                          .prompt = prompt,
+                          .vocab = kVocab,
+                          .length = k + 1,
+                          .draft_tokens = k,
+                          .samples = kSamples,
+                          .first_seed = 41000,
+                          .target = reference_conditional(reference, sampling)};
+}
+
+// The batch machinery ran in the samples: prefix reuse, admission while
+// others ran, passes shared with mates.
+void check_batched(const ScenarioCounts& counts) {
+    INFO("samples " << counts.samples << ", prefix reused " << counts.reused_prefix << ", admissions mid-flight "
+                    << counts.admitted_later << ", passes shared with mates " << counts.shared_passes);
+    CHECK(counts.reused_prefix == counts.samples);
+    CHECK(counts.admitted_later >= 2 * counts.samples);
+    CHECK(counts.shared_passes >= counts.samples);
+}
+
+// A draft model (multi-slot, drafting in lockstep) with rule Rule and policy Policy.
+template <class Rule, class Policy>
+ExactnessReport draft_model_report(const std::string& name, const SamplingOptions& sampling, std::size_t k,
+                                   const std::function<Policy()>& make_policy, ScenarioCounts& counts) {
+    ToySlots target = toy_slots(target_options()), draft = toy_slots(draft_options());
+    const ToyLM reference(target_options());
+    const ExactnessSetup setup = setup_for(name, kPrompt, k, reference, sampling);
+    return run_exactness(setup, [&](std::uint64_t seed) {
+        BatchedDecoder<ToySlots, ToySlots, Rule, Policy> decoder(specdec::target(target), specdec::draft(draft), {}, Rule{},
+                                                                 make_policy());
+        return run_with_mates(decoder, kPrompt,
+                              {.draft_tokens = k, .sampling = sampling, .max_new_tokens = setup.length}, seed, counts);
+    });
+}
+
+// A multi-sequence model with a batching bug: forward_batch returns the
+// feeds' rows last feed first (as if it walked its output buffer backwards),
+// so every request of a pass with mates is verified against rows computed for
+// other sequences. One feed alone is right.
+class RowsLastFeedFirst {
+public:
+    explicit RowsLastFeedFirst(ToyLMOptions options) : slots_(toy_slots(options)) {}
+
+    std::size_t sequence_slots() const { return slots_.sequence_slots(); }
+    std::size_t vocab_size() const { return slots_.vocab_size(); }
+    std::size_t context_length() const { return slots_.context_length(); }
+    std::size_t cached_tokens() const { return slots_.cached_tokens(); }
+    std::size_t cached_tokens(std::size_t slot) const { return slots_.cached_tokens(slot); }
+    specdec::LogitsView forward(std::span<const Token> tokens) { return slots_.forward(tokens); }
+    void truncate(std::size_t n) { slots_.truncate(n); }
+    void truncate(std::size_t slot, std::size_t n) { slots_.truncate(slot, n); }
+
+    specdec::LogitsView forward_batch(std::span<const specdec::SequenceFeed> feeds) {
+        const specdec::LogitsView all = slots_.forward_batch(feeds);
+        std::vector<std::size_t> first{0};
+        for (const specdec::SequenceFeed& f : feeds) first.push_back(first.back() + (f.last_row_only ? 1 : f.tokens.size()));
+        rows_.clear();
+        for (std::size_t f = feeds.size(); f-- > 0;) {
+            rows_.insert(rows_.end(), all.data + first[f] * all.row_stride, all.data + first[f + 1] * all.row_stride);
+        }
+        return specdec::dense_logits(rows_, all.rows, all.vocab);
+    }
+
+private:
+    ToySlots slots_;
+    std::vector<float> rows_;
+};
+static_assert(specdec::MultiSequenceLM<RowsLastFeedFirst>);
+
+
+TEST_CASE("batched decoding with a draft model is exact per request among batch mates: token-wise and block, fixed k",
+          "[exactness][decoder][batched]") {
+    constexpr std::size_t k = 4;
+    for (const SamplingOptions& sampling : {SamplingOptions{.temperature = 1.0}, SamplingOptions{.temperature = 0.8, .top_k = 2}}) {
+        const std::string t = "T " + std::to_string(sampling.temperature) + " top_k " + std::to_string(sampling.top_k);
+        ScenarioCounts tokenwise, block;
+        const std::function<specdec::FixedBatchLength()> fixed = [] { return specdec::FixedBatchLength{}; };
+        const auto tokenwise_report = draft_model_report<specdec::TokenwiseRejection>(
+            "batched, token-wise, fixed k 4, " + t, sampling, k, fixed, tokenwise);
+        check_exact(tokenwise_report, k);
+        CHECK(tokenwise_report.accepted[k - 1] > 0);  // the bonus row after a full block was used too
+        check_batched(tokenwise);
+        const auto block_report = draft_model_report<specdec::BlockVerification>(
+            "batched, block, fixed k 4, " + t, sampling, k, fixed, block);
+        check_exact(block_report, k);
+        check_batched(block);
+    }
+}
+
+TEST_CASE("batched decoding with a draft model is exact per request among batch mates: AutoBatchLength drafting to the "
+          "deepest position",
+          "[exactness][decoder][batched][length-policy]") {
+    constexpr std::size_t k = 4;
+    const SamplingOptions sampling{.temperature = 1.0};
+    specdec::AutoBatchLength tokenwise_policy = deep_auto_policy(k), block_policy = deep_auto_policy(k);
+    ScenarioCounts tokenwise, block;
+    const std::function<ScriptedCosts()> tokenwise_auto = [&] { return ScriptedCosts{&tokenwise_policy}; };
+    const std::function<ScriptedCosts()> block_auto = [&] { return ScriptedCosts{&block_policy}; };
+    check_exact(draft_model_report<specdec::TokenwiseRejection>("batched, token-wise, auto", sampling, k, tokenwise_auto, tokenwise),
+                k);
+    check_batched(tokenwise);
+    check_exact(draft_model_report<specdec::BlockVerification>("batched, block, auto", sampling, k, block_auto, block), k);
+    check_batched(block);
+    // The policy chose the measured request's lengths, not only its cap: the
+    // first step (cap 4) drafted 4 in some samples and fewer in others.
+    for (const ScenarioCounts* counts : {&tokenwise, &block}) {
+        std::ostringstream lengths;
+        for (std::size_t n = 0; n < counts->lengths.size(); ++n) lengths << ' ' << n << ':' << counts->lengths[n];
+        INFO("measured request's draft lengths (length:steps):" << lengths.str());
+        if (const char* verbose = std::getenv("SPECDEC_EXACTNESS_REPORT"); verbose != nullptr && *verbose != '\0')
+            std::cout << "exactness: measured request's draft lengths (length:steps):" << lengths.str() << '\n';
+        REQUIRE(counts->lengths.size() == k + 1);
+        CHECK(counts->lengths[k] > 0);
+        CHECK(counts->lengths[k] < counts->samples);
+    }
+    CHECK(tokenwise_policy.steps_observed() > kSamples);
+}
+
+TEST_CASE("batched prompt lookup is exact per request among batch mates, all 8 draft positions reached",
+          "[exactness][decoder][batched]") {
+    constexpr std::size_t k = 8;
+    for (const SamplingOptions& sampling : {SamplingOptions{.temperature = 1.0}, SamplingOptions{.temperature = 0.7, .top_k = 2}}) {
+        ToySlots target = toy_slots(target_options());
+        const ToyLM reference(target_options());
+        specdec::PromptLookupDrafter drafter({.min_ngram = 1, .max_ngram = 3});
+        ScenarioCounts counts;
+        const ExactnessSetup setup = setup_for("batched prompt lookup, k 8", kLookupPrompt, k, reference, sampling);
+        const auto report = run_exactness(setup, [&](std::uint64_t seed) {
+            BatchedDecoder<ToySlots, specdec::PromptLookupDrafter, specdec::TokenwiseRejection, specdec::FixedBatchLength>
+                decoder(specdec::target(target), specdec::draft(drafter));
+            return run_with_mates(decoder, kLookupPrompt,
+                                  {.draft_tokens = k, .sampling = sampling, .max_new_tokens = setup.length}, seed, counts);
+        });
+        check_exact(report, k);
+        CHECK(report.accepted[2] > 0);
+        check_batched(counts);
+    }
+}
+
+TEST_CASE("batched prompt lookup with block verification and AutoBatchLength is exact per request among batch mates",
+          "[exactness][decoder][batched][length-policy]") {
+    // Lookup's drafts past the third are rarely kept here, so that a policy
+    // that prices them would stop drafting before them: k = 3, a target pass
+    // priced as memory-bound (1 + 0.0005 n) and lookup as nearly free, where
+    // drafting pays.
+    constexpr std::size_t k = 3;
+    const SamplingOptions sampling{.temperature = 1.0};
+    ToySlots target = toy_slots(target_options());
+    const ToyLM reference(target_options());
+    specdec::PromptLookupDrafter drafter({.min_ngram = 1, .max_ngram = 3});
+    specdec::AutoBatchLength policy = deep_auto_policy(k);
+    ScenarioCounts counts;
+    const ExactnessSetup setup = setup_for("batched prompt lookup, block, auto", kLookupPrompt, k, reference, sampling);
+    const auto report = run_exactness(setup, [&](std::uint64_t seed) {
+        BatchedDecoder<ToySlots, specdec::PromptLookupDrafter, specdec::BlockVerification, ScriptedCosts> decoder(
+            specdec::target(target), specdec::draft(drafter), {}, specdec::BlockVerification{},
+            ScriptedCosts{.policy = &policy, .per_token = 0.0005, .per_token_squared = 0.0, .round_base = 0.0001,
+                          .round_per_sequence = 0.00001});
+        return run_with_mates(decoder, kLookupPrompt, {.draft_tokens = k, .sampling = sampling, .max_new_tokens = setup.length},
+                              seed, counts);
+    });
+    check_exact(report, k);
+    // The deepest position was drafted at many first steps, not only in the warm-up.
+    CHECK(report.reached[k - 1] > kSamples / 2);
+    check_batched(counts);
+}
+
+TEST_CASE("batched plain decoding (NoDrafts) is exact per request among batch mates", "[exactness][decoder][batched]") {
+    const SamplingOptions sampling{.temperature = 1.3, .top_k = 2};
+    ToySlots target = toy_slots(target_options());
+    const ToyLM reference(target_options());
+    specdec::NoDrafts none;
+    ScenarioCounts counts;
+    const ExactnessSetup setup = setup_for("batched autoregressive", kPrompt, 3, reference, sampling);
+    const auto report = run_exactness(setup, [&](std::uint64_t seed) {
+        BatchedDecoder<ToySlots, specdec::NoDrafts> decoder(specdec::target(target), specdec::draft(none));
+        return run_with_mates(decoder, kPrompt, {.sampling = sampling, .max_new_tokens = setup.length}, seed, counts);
+    });
+    check_exact(report, 0);
+    check_batched(counts);
+}
+
+TEST_CASE("negative control: a batched pass that returns the feeds' rows last feed first is caught",
+          "[exactness][decoder][batched][negative-control]") {
+    constexpr std::size_t k = 4;
+    const SamplingOptions sampling{.temperature = 1.0};
+    RowsLastFeedFirst target(target_options());
+    ToySlots draft = toy_slots(draft_options());
+    const ToyLM reference(target_options());
+    ScenarioCounts counts;
+    const ExactnessSetup setup = setup_for("batched, rows last feed first", kPrompt, k, reference, sampling);
+    const auto report = run_exactness(setup, [&](std::uint64_t seed) {
+        BatchedDecoder<RowsLastFeedFirst, ToySlots, specdec::TokenwiseRejection, specdec::FixedBatchLength> decoder(
+            specdec::target(target), specdec::draft(draft));
+        return run_with_mates(decoder, kPrompt, {.draft_tokens = k, .sampling = sampling, .max_new_tokens = setup.length},
+                              seed, counts);
+    });
+    check_caught(report, k);
+    check_batched(counts);
+}
+
+}  // namespace batched_exactness
