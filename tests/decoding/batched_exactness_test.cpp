@@ -324,6 +324,64 @@ TEST_CASE("batched decoding with a draft model is exact per request among batch 
     CHECK(tokenwise_policy.steps_observed() > kSamples);
 }
 
+// The measured request (the third run_with_mates submits) verifies with block
+// verification, every mate with token-wise rejection, in the same passes.
+class MixedRules {
+public:
+    using Decoder = BatchedDecoder<ToySlots, ToySlots, specdec::ChosenRule, specdec::FixedBatchLength>;
+    MixedRules(ToySlots& target, ToySlots& draft) : decoder_(specdec::target(target), specdec::draft(draft)) {}
+
+    RequestId submit(std::span<const Token> prompt, DecodingOptions options) {
+        using Kind = specdec::ChosenRule::Kind;
+        const bool measured = submitted_++ == 2;
+        return decoder_.submit(prompt, std::move(options), {}, specdec::ChosenRule{measured ? Kind::block : Kind::tokenwise});
+    }
+    specdec::BatchStepReport step() { return decoder_.step(); }
+    RequestStatus status(RequestId id) const { return decoder_.status(id); }
+    std::size_t running_requests() const { return decoder_.running_requests(); }
+    bool idle() const { return decoder_.idle(); }
+    std::vector<specdec::RequestResult> take_finished() { return decoder_.take_finished(); }
+
+private:
+    Decoder decoder_;
+    std::size_t submitted_ = 0;
+};
+
+TEST_CASE("requests with their own rules share a batch: block verification among token-wise mates is exact and is "
+          "block verification",
+          "[exactness][decoder][batched]") {
+    constexpr std::size_t k = 4;
+    const SamplingOptions sampling{.temperature = 1.0};
+    ToySlots target = toy_slots(target_options()), draft = toy_slots(draft_options());
+    ToyLM alone_target(target_options()), alone_draft(draft_options());
+    const ToyLM reference(target_options());
+    const ExactnessSetup setup = setup_for("batched, block among token-wise mates, fixed k 4", kPrompt, k, reference, sampling);
+    ScenarioCounts counts;
+    std::size_t same_as_block = 0, same_as_tokenwise = 0;
+    const DecodingOptions measured{.draft_tokens = k, .sampling = sampling, .max_new_tokens = setup.length};
+    const auto report = run_exactness(setup, [&](std::uint64_t seed) {
+        MixedRules decoder(target, draft);
+        SampledRun run = run_with_mates(decoder, kPrompt, measured, seed, counts);
+        // The same request alone, under each rule: with fixed lengths and the
+        // same seed, the batched tokens are those of the rule it asked for.
+        DecodingOptions alone = measured;
+        alone.seed = seed;
+        specdec::SpeculativeDecoder<ToyLM, ToyLM, specdec::BlockVerification> block(
+            specdec::target(alone_target), specdec::draft(alone_draft), alone);
+        specdec::SpeculativeDecoder<ToyLM, ToyLM, specdec::TokenwiseRejection> tokenwise(
+            specdec::target(alone_target), specdec::draft(alone_draft), alone);
+        same_as_block += block.generate(kPrompt).tokens == run.tokens ? 1 : 0;
+        same_as_tokenwise += tokenwise.generate(kPrompt).tokens == run.tokens ? 1 : 0;
+        return run;
+    });
+    check_exact(report, k);
+    check_batched(counts);
+    CHECK(same_as_block == counts.samples);
+    // The two rules decide differently often enough that the check above
+    // would catch a request verified with its mates' rule.
+    CHECK(same_as_tokenwise < counts.samples * 9 / 10);
+}
+
 TEST_CASE("batched prompt lookup is exact per request among batch mates, all 8 draft positions reached",
           "[exactness][decoder][batched]") {
     constexpr std::size_t k = 8;
