@@ -541,7 +541,14 @@ private:
                 if (round == 0 && tokens.size() > 2) first_round_caught_up_ = true;
                 feeds_.push_back(SequenceFeed{sync.model().slot(), tokens, /*last_row_only=*/true});
             }
-            const LogitsView rows = draft_model_->forward_batch(feeds_);
+            LogitsView rows{};
+            try {
+                rows = draft_model_->forward_batch(feeds_);
+            } catch (const Error& error) {
+                // The model validates before it runs: no draft cache changed.
+                for (const std::size_t i : drafting_) fail(active_[i], error);
+                break;
+            }
             round_widths_.push_back(drafting_.size());
             still_.clear();
             for (std::size_t f = 0; f < drafting_.size(); ++f) {
