@@ -79,7 +79,9 @@ struct FixedBatchLength {
 //   T(k)   = V(sum_i (k_i + 1)) + sum_{r < max k} D(#{i : k_i > r})
 //            + r sum_i (k_i + 1) + o,
 // where V(n) is the target pass over n tokens and D(b) a draft round over b
-// sequences (both PassCostCurve, learned online in seconds), r the
+// sequences (both PassCostCurve, learned online in seconds; a width never
+// timed costs what the next timed width does, since passes are lumpy between
+// them), r the
 // acceptance work per verified row and o the rest of a step. a_{i,m} is the
 // acceptance of draft m of request i, shrunk towards the batch's pooled
 // estimate while the request has few samples of its own.
@@ -94,10 +96,11 @@ struct FixedBatchLength {
 // sequences draft in a warm-up step (at most warmup_rows draft rows in all,
 // in turn across the batch): a large batch, whose pass is compute-bound, does
 // not pay a full-length draft for every sequence to learn that speculation
-// does not pay. Then one step in explore_every drafts one more (or, in turn,
-// one less) per drafting sequence than planned; when none drafts, one
-// sequence drafts one token, so that the width just above the plain pass and
-// the acceptance stay measured at the price of one row.
+// does not pay. Then one step in explore_every drafts one more per drafting
+// sequence than planned (when none drafts, one sequence drafts one token: the
+// width just above the plain pass and the acceptance stay measured at the
+// price of one row), or, in turn, none at all (a plain step: V at the
+// batch's own width stays timed at the machine's current speed).
 class AutoBatchLength {
 public:
     struct Options {
@@ -142,11 +145,14 @@ public:
             if (up && !any) {
                 const std::size_t i = rotation_++ % n;  // one draft for one sequence: the cheapest look
                 lengths[i] = std::min<std::size_t>(1, queries[i].cap);
+            } else if (up) {
+                for (std::size_t i = 0; i < n; ++i)
+                    if (lengths[i] > 0) lengths[i] = std::min(queries[i].cap, lengths[i] + 1);
             } else {
-                for (std::size_t i = 0; i < n; ++i) {
-                    if (up && lengths[i] > 0) lengths[i] = std::min(queries[i].cap, lengths[i] + 1);
-                    if (!up && lengths[i] > 0) --lengths[i];
-                }
+                // A plain step: every plan is compared with V at the batch's
+                // own width, which a policy that always drafts would
+                // otherwise keep from the machine's speed of long ago.
+                std::fill(lengths.begin(), lengths.end(), 0);
             }
         }
     }
@@ -228,12 +234,12 @@ private:
     // V and D where timed; before any timing, dear (one second), so that
     // nothing untimed looks free.
     [[nodiscard]] double pass_seconds(std::size_t n) const {
-        const double v = target_.at(n);
+        const double v = target_.at_or_above(n);
         return v < 0.0 ? 1.0 : v;
     }
     [[nodiscard]] double round_seconds(std::size_t b) const {
         if (b == 0) return 0.0;
-        const double d = draft_round_.at(b);
+        const double d = draft_round_.at_or_above(b);
         return d < 0.0 ? 1.0 : d;
     }
 

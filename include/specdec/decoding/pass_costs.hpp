@@ -114,6 +114,18 @@ public:
         return -1.0;
     }
 
+    // V(n) where n was timed; otherwise V at the nearest timed width above n
+    // (beyond the widest, at() extrapolates), or -1 before any: for a policy
+    // that may choose any width, whose cost is lumpy between the widths it
+    // timed (a pass over a few more columns than a tile holds costs a whole
+    // tile), so an untimed width is never cheaper than the next timed one.
+    [[nodiscard]] double at_or_above(std::size_t n) const {
+        const std::vector<double>& v = fit_;
+        for (std::size_t w = n; w < v.size(); ++w)
+            if (v[w] >= 0.0) return v[w];
+        return at(n);
+    }
+
 private:
     void refit() {
         struct Block {
