@@ -17,14 +17,12 @@
 //   ./build/tests/specdec_model_tests "[soak]"
 // SPECDEC_SOAK_TOKENS sets the token budget (default 100000; at least one
 // request per 100 tokens is required).
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -34,6 +32,7 @@
 #include "specdec/decoding/batched_decoder.hpp"
 #include "specdec/models/synthetic.hpp"
 #include "support/catch.hpp"
+#include "support/soak.hpp"
 
 namespace batched_soak {
 
@@ -45,30 +44,9 @@ using specdec::RequestResult;
 using specdec::RequestStatus;
 using specdec::Token;
 
-// Resident set size in bytes (the second field of /proc/self/statm, in pages).
-std::size_t resident_bytes() {
-    std::ifstream statm("/proc/self/statm");
-    std::size_t total_pages = 0, resident_pages = 0;
-    statm >> total_pages >> resident_pages;
-    return resident_pages * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-}
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kUnderSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kUnderSanitizer = true;
-#else
-constexpr bool kUnderSanitizer = false;
-#endif
-#else
-constexpr bool kUnderSanitizer = false;
-#endif
-
-std::size_t soak_token_budget() {
-    if (const char* text = std::getenv("SPECDEC_SOAK_TOKENS")) return std::strtoull(text, nullptr, 10);
-    return 100000;
-}
+using specdec::test::kUnderSanitizer;
+using specdec::test::resident_bytes;
+using specdec::test::soak_token_budget;
 
 constexpr std::size_t kContext = 96;
 constexpr std::size_t kSlots = 8;

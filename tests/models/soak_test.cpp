@@ -12,14 +12,12 @@
 //   ./build/tests/specdec_model_tests "[soak]"
 // Set SPECDEC_SOAK_TOKENS to change the token budget (the default is 100000;
 // test.sh's sanitized run uses 20000, its plain run the full budget).
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -28,35 +26,15 @@
 #include "specdec/decoding/speculative_decoder.hpp"
 #include "specdec/models/synthetic.hpp"
 #include "support/catch.hpp"
+#include "support/soak.hpp"
 
 namespace {
 
 using specdec::Token;
 
-// Resident set size in bytes (the second field of /proc/self/statm, in pages).
-std::size_t resident_bytes() {
-    std::ifstream statm("/proc/self/statm");
-    std::size_t total_pages = 0, resident_pages = 0;
-    statm >> total_pages >> resident_pages;
-    return resident_pages * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-}
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kUnderSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kUnderSanitizer = true;
-#else
-constexpr bool kUnderSanitizer = false;
-#endif
-#else
-constexpr bool kUnderSanitizer = false;
-#endif
-
-std::size_t soak_token_budget() {
-    if (const char* text = std::getenv("SPECDEC_SOAK_TOKENS")) return std::strtoull(text, nullptr, 10);
-    return 100000;
-}
+using specdec::test::kUnderSanitizer;
+using specdec::test::resident_bytes;
+using specdec::test::soak_token_budget;
 
 }  // namespace
 
