@@ -12,6 +12,7 @@
 // the verifier's uniforms; every sequence's output keeps the target's
 // distribution whatever lengths are chosen, including 0 (plain decoding).
 #include <algorithm>
+#include <array>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -101,6 +102,12 @@ struct FixedBatchLength {
 // width just above the plain pass and the acceptance stay measured at the
 // price of one row), or, in turn, none at all (a plain step: V at the
 // batch's own width stays timed at the machine's current speed).
+// A check on the model: the tokens per second the plain steps and the steps
+// that drafted by plan actually reached, by batch size. Where drafting has
+// recently been the slower of the two (costs the model does not see, such as
+// a lagging draft cache catching up, or timings that read a width as cheaper
+// than it is), the step runs plain; an exploring step still runs the plan,
+// so that the comparison follows the machine and the requests.
 class AutoBatchLength {
 public:
     struct Options {
@@ -129,6 +136,7 @@ public:
 
     void plan(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
         const std::size_t n = queries.size();
+        step_kind_ = StepKind::other;
         if (steps_ < options_.warmup_steps) {
             std::fill(lengths.begin(), lengths.end(), 0);
             if (steps_ % 2 == 1) {
@@ -138,10 +146,26 @@ public:
             return;
         }
         search(queries, lengths);
-        if (options_.explore_every > 0 && steps_ % options_.explore_every == 0) {
-            const bool up = explorations_++ % 2 == 0;
-            bool any = false;
-            for (std::size_t i = 0; i < n; ++i) any = any || lengths[i] > 0;
+        bool any = false;
+        for (std::size_t i = 0; i < n; ++i) any = any || lengths[i] > 0;
+        const bool explore = options_.explore_every > 0 && steps_ % options_.explore_every == 0;
+        const bool up = explore && explorations_++ % 2 == 0;
+        if (any) step_kind_ = StepKind::planned_drafts;
+        if (any && drafting_lost(n)) {
+            // The plan says drafting pays, but the steps that drafted by
+            // plan recently emitted fewer tokens per second than the plain
+            // steps at this batch size: costs the model does not see (a
+            // draft cache catching up, passes slower at the widths drafting
+            // adds than their noisy timings said) outweigh its estimate. A
+            // plain step instead, but for the exploring steps that probe the
+            // plan as it is, so that the comparison stays current.
+            if (up) return;
+            std::fill(lengths.begin(), lengths.end(), 0);
+            step_kind_ = StepKind::other;
+            return;
+        }
+        if (explore) {
+            step_kind_ = StepKind::other;
             if (up && !any) {
                 const std::size_t i = rotation_++ % n;  // one draft for one sequence: the cheapest look
                 lengths[i] = std::min<std::size_t>(1, queries[i].cap);
@@ -159,6 +183,7 @@ public:
 
     void observe(const BatchOutcome& outcome) {
         ++steps_;
+        record_rate(outcome);
         pooled_.age();
         for (auto& [id, estimate] : requests_) estimate.age(options_.decay);
         for (const SequenceOutcome& s : outcome.sequences) {
@@ -211,6 +236,64 @@ private:
             accepted[m] += kept;
         }
     };
+
+    // Tokens per second over a kind of step's last 16 samples: the ratio of
+    // the sums, as a step's tokens vary widely (a sequence emits 1 to k + 1)
+    // and a median of per-step rates would misjudge their mean.
+    class RecentRate {
+    public:
+        void add(double tokens, double seconds) {
+            tokens_[next_] = tokens;
+            seconds_[next_] = seconds;
+            next_ = (next_ + 1) % tokens_.size();
+            count_ = std::min(count_ + 1, tokens_.size());
+        }
+        [[nodiscard]] std::size_t samples() const { return count_; }
+        [[nodiscard]] double value() const {
+            double tokens = 0.0, seconds = 0.0;
+            for (std::size_t i = 0; i < count_; ++i) tokens += tokens_[i], seconds += seconds_[i];
+            return seconds > 0.0 ? tokens / seconds : 0.0;
+        }
+
+    private:
+        std::array<double, 16> tokens_{}, seconds_{};
+        std::size_t count_ = 0, next_ = 0;
+    };
+    // Realized rates of a step, by its number of sequences: of the plain
+    // steps (no drafts at all) and of the steps that drafted as the search
+    // planned.
+    struct ModeRates {
+        RecentRate plain, planned_drafts;
+    };
+    enum class StepKind { other, planned_drafts };
+
+    void record_rate(const BatchOutcome& outcome) {
+        const std::size_t n = outcome.sequences.size();
+        if (n == 0 || !(outcome.total_seconds > 0.0)) return;
+        double tokens = 0.0;
+        bool drafted = false;
+        for (const SequenceOutcome& s : outcome.sequences) {
+            tokens += static_cast<double>(s.accepted + 1);
+            drafted = drafted || s.proposed > 0;
+        }
+        if (rates_.size() <= n) rates_.resize(n + 1);
+        if (!drafted) {
+            rates_[n].plain.add(tokens, outcome.total_seconds);
+        } else if (step_kind_ == StepKind::planned_drafts) {
+            rates_[n].planned_drafts.add(tokens, outcome.total_seconds);
+        }
+        step_kind_ = StepKind::other;
+    }
+
+    // Whether the recent steps that drafted by plan were slower than the
+    // recent plain ones, at n sequences (plain steps timed at least three
+    // times, planned ones four).
+    [[nodiscard]] bool drafting_lost(std::size_t n) const {
+        if (n >= rates_.size()) return false;
+        const ModeRates& r = rates_[n];
+        return r.plain.samples() >= 3 && r.planned_drafts.samples() >= 4 &&
+               r.planned_drafts.value() < r.plain.value();
+    }
 
     // `length` drafts for as many sequences as warmup_rows allows (at least
     // one), taken in turn across the batch from step to step.
@@ -305,6 +388,8 @@ private:
     RecentTimings row_, other_;
     std::vector<double> gain_;
     std::vector<std::size_t> drafting_, best_;
+    std::vector<ModeRates> rates_;
+    StepKind step_kind_ = StepKind::other;
 };
 
 }  // namespace specdec

@@ -1,0 +1,116 @@
+// AutoBatchLength's choices against scripted costs (no clock, no model): it
+// drafts where the target pass is memory-bound, plans no drafts where it is
+// compute-bound, and stops drafting when the steps that drafted by plan were
+// slower than the plain ones, whatever its cost model said.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "specdec/decoding/batch_lengths.hpp"
+
+namespace {
+
+using specdec::AutoBatchLength;
+using specdec::BatchOutcome;
+using specdec::SequenceDraftQuery;
+using specdec::SequenceOutcome;
+
+// A scripted machine: a target pass of n tokens costs base + per_token n, a
+// draft round 0.002 s, a verified row nothing; a sequence's drafts are
+// accepted up to the next position where step + sequence + position is 2
+// mod 3 (acceptance 2/3, 1/2, then 0: drafts beyond the second never pay); and a step that drafts at all costs `hidden` seconds more that
+// no timing of the outcome accounts for (a draft cache catching up, say).
+struct ScriptedBatch {
+    double base = 0.010, per_token = 0.0, hidden = 0.0;
+    std::size_t sequences = 8, cap = 4;
+
+    struct Counts {
+        std::size_t steps = 0, drafting_steps = 0, drafts = 0;
+    };
+
+    Counts run(AutoBatchLength& policy, std::size_t steps, std::size_t counted_from) const {
+        Counts counts;
+        std::vector<SequenceDraftQuery> queries;
+        for (std::size_t i = 0; i < sequences; ++i) queries.push_back({i, cap});
+        std::vector<std::size_t> lengths(sequences);
+        std::vector<SequenceOutcome> outcomes;
+        std::vector<std::size_t> round_widths;
+        std::vector<double> round_seconds;
+        for (std::size_t step = 0; step < steps; ++step) {
+            policy.plan(queries, lengths);
+            outcomes.clear();
+            std::size_t width = 0, most = 0, drafts = 0;
+            for (std::size_t i = 0; i < sequences; ++i) {
+                REQUIRE(lengths[i] <= cap);
+                const std::size_t k = lengths[i];
+                std::size_t accepted = 0;
+                while (accepted < k && (step + i + accepted) % 3 != 2) ++accepted;
+                outcomes.push_back({i, k, accepted});
+                width += k + 1;
+                most = std::max(most, k);
+                drafts += k;
+            }
+            round_widths.clear();
+            round_seconds.clear();
+            for (std::size_t r = 0; r < most; ++r) {
+                round_widths.push_back(static_cast<std::size_t>(
+                    std::count_if(lengths.begin(), lengths.end(), [r](std::size_t k) { return k > r; })));
+                round_seconds.push_back(0.002);
+            }
+            const double target = base + per_token * static_cast<double>(width);
+            double total = target + 0.002 * static_cast<double>(most);
+            if (drafts > 0) total += hidden;
+            policy.observe(BatchOutcome{outcomes, width, target, round_widths, round_seconds, false, 0.0, total});
+            if (step >= counted_from) {
+                ++counts.steps;
+                counts.drafting_steps += drafts > 0 ? 1 : 0;
+                counts.drafts += drafts;
+            }
+        }
+        return counts;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("AutoBatchLength drafts while the target pass is memory-bound", "[batch_lengths]") {
+    AutoBatchLength policy;
+    const ScriptedBatch machine{.base = 0.010, .per_token = 0.0001};
+    const auto counts = machine.run(policy, 200, 50);
+    // Flat passes: every step but the plain exploring ones drafts, and for
+    // most of the sequences.
+    CHECK(counts.drafting_steps >= counts.steps * 9 / 10);
+    CHECK(counts.drafts >= counts.steps * machine.sequences * 3 / 4);
+}
+
+TEST_CASE("AutoBatchLength plans no drafts while the target pass is compute-bound", "[batch_lengths]") {
+    AutoBatchLength policy;
+    const ScriptedBatch machine{.base = 0.0, .per_token = 0.004};
+    const auto counts = machine.run(policy, 200, 50);
+    // Each row costs as much as a token: only the exploring steps draft, one
+    // token for one sequence.
+    CHECK(counts.drafting_steps <= counts.steps / 16 + 1);
+    CHECK(counts.drafts <= counts.drafting_steps * 2);
+}
+
+TEST_CASE("AutoBatchLength stops drafting when its drafting steps were slower than its plain ones, and keeps probing",
+          "[batch_lengths]") {
+    // The timings it models say drafting is nearly free, but every drafting
+    // step costs 30 ms more than they account for: tokens per second say
+    // otherwise, and the plain steps win.
+    const ScriptedBatch misled{.base = 0.010, .per_token = 0.0001, .hidden = 0.030};
+    AutoBatchLength policy;
+    const auto counts = misled.run(policy, 400, 100);
+    CHECK(counts.drafting_steps >= 1);                           // the plan is still probed now and then
+    CHECK(counts.drafting_steps <= counts.steps / 16 + 1);       // and run only then
+
+    // Negative control: the same machine with the hidden cost small enough
+    // that drafting still pays keeps drafting.
+    const ScriptedBatch worth_it{.base = 0.010, .per_token = 0.0001, .hidden = 0.002};
+    AutoBatchLength other;
+    const auto drafted = worth_it.run(other, 400, 100);
+    CHECK(drafted.drafting_steps >= drafted.steps * 9 / 10);
+}
