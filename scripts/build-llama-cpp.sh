@@ -6,9 +6,9 @@
 #
 #   scripts/build-llama-cpp.sh [PREFIX]        (default: build-llama/prefix)
 #
-# Installs the shared libraries, llama.h / ggml headers and their CMake
-# packages (so that `cmake -DCMAKE_PREFIX_PATH=PREFIX` finds llama), and
-# PREFIX/bin/ggml-rpc-server, the RPC backend's server. With
+# Installs the shared libraries (with the RPC backend), llama.h / ggml
+# headers and their CMake packages (so that `cmake -DCMAKE_PREFIX_PATH=PREFIX`
+# finds llama), and PREFIX/bin/ggml-rpc-server, the RPC backend's server. With
 # SPECDEC_LLAMA_EXAMPLES="llama-simple llama-speculative-simple ..." it also
 # builds those llama.cpp programs into PREFIX/bin (references for
 # comparisons; not needed by the adapter or its tests).
@@ -34,21 +34,24 @@ if [ ! -f "$stamp" ]; then
   }
   rm -rf "$work/src" && mkdir -p "$work/src"
   tar -xzf "$archive" -C "$work/src" --strip-components=3 "llama_cpp_python-$version/vendor/llama.cpp"
-  # Tools are needed for ggml-rpc-server; mtmd comes with them and is
-  # installed unconditionally by llama.cpp, so it is built too.
+  # The libraries only (llama.cpp's common library, tools and examples take
+  # most of its build time and the adapter needs none of them); the RPC
+  # server is one file over ggml's public headers, compiled against them.
   cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$prefix" \
-    -DBUILD_SHARED_LIBS=ON -DGGML_RPC=ON -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF \
-    -DLLAMA_BUILD_APP=OFF -DLLAMA_TOOLS_INSTALL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_IS_DEV=OFF >/dev/null
-  cmake --build "$work/build" -j"$jobs" --target llama llama-common mtmd ggml-rpc-server
+    -DCMAKE_INSTALL_LIBDIR=lib -DBUILD_SHARED_LIBS=ON -DGGML_RPC=ON -DGGML_NATIVE=ON -DGGML_CUDA=OFF \
+    -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+    -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_IS_DEV=OFF >/dev/null
+  cmake --build "$work/build" -j"$jobs"
   cmake --install "$work/build" >/dev/null
   mkdir -p "$prefix/bin"
-  cp "$work/build/bin/ggml-rpc-server" "$prefix/bin/"
+  "${CXX:-c++}" -O2 -std=c++17 "$work/src/tools/rpc/rpc-server.cpp" -I"$prefix/include" -L"$prefix/lib" \
+    -Wl,-rpath,"$prefix/lib" -lggml -lggml-base -lpthread -o "$prefix/bin/ggml-rpc-server"
   touch "$stamp"
 fi
 
 if [ -n "${SPECDEC_LLAMA_EXAMPLES:-}" ]; then
-  cmake -S "$work/src" -B "$work/build" -DLLAMA_BUILD_EXAMPLES=ON >/dev/null
+  cmake -S "$work/src" -B "$work/build" -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_EXAMPLES=ON >/dev/null
   read -r -a examples <<<"$SPECDEC_LLAMA_EXAMPLES"
   cmake --build "$work/build" -j"$jobs" --target "${examples[@]}"
   for example in "${examples[@]}"; do cp "$work/build/bin/$example" "$prefix/bin/"; done

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds everything (the CUDA backend too when nvcc is
-# found; without a GPU CTest reports its tests as skipped) and runs:
+# Installs what is missing, builds llama.cpp from its pinned source package
+# (for the llama.cpp adapter; SPECDEC_LLAMA_CPP=0 skips it), builds everything
+# (the CUDA backend too when nvcc is found; without a GPU CTest reports its
+# tests as skipped) and runs:
 #   1. the whole test suite, its test binaries built with AddressSanitizer +
 #      UndefinedBehaviorSanitizer (build/: every finding fails the test; the
 #      examples, tools and benchmarks it also runs are plain Release builds);
@@ -25,8 +27,17 @@ stage() { printf '\n== test.sh: %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
 source scripts/cuda-arch.sh
 address=OFF
 [ "$sanitizers" = 0 ] || address=address
+# llama.cpp for the adapter and its tests, from its pinned source package
+# (scripts/build-llama-cpp.sh, into build-llama/prefix; reused by later runs).
+# SPECDEC_LLAMA_CPP=0 leaves it out: the adapter's tests then report skipped.
+llama_args=(-DSPECDEC_LLAMA_CPP=OFF)
+if [ "${SPECDEC_LLAMA_CPP:-1}" != 0 ]; then
+  stage "llama.cpp from its pinned source package"
+  ./scripts/build-llama-cpp.sh build-llama/prefix
+  llama_args=(-DSPECDEC_LLAMA_CPP=ON -DCMAKE_PREFIX_PATH="$PWD/build-llama/prefix")
+fi
 stage "build (tests under sanitizers: $address)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSPECDEC_SANITIZE="$address" "${cuda_args[@]}"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSPECDEC_SANITIZE="$address" "${cuda_args[@]}" "${llama_args[@]}"
 cmake --build build -j"$jobs"
 stage "test suite"
 ctest --test-dir build --no-tests=error --output-on-failure -j"$jobs"
