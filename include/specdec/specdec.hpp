@@ -34,6 +34,7 @@
 #include "specdec/decoding/autoregressive_decoder.hpp"
 #include "specdec/decoding/batch_lengths.hpp"
 #include "specdec/decoding/batched_decoder.hpp"
+#include "specdec/decoding/cache_checks.hpp"
 #include "specdec/decoding/decoding_options.hpp"
 #include "specdec/decoding/generation_result.hpp"
 #include "specdec/decoding/drafter.hpp"
