@@ -50,6 +50,7 @@
 #include "specdec/decoding/tree_policy.hpp"
 #include "specdec/decoding/tree_shape.hpp"
 #include "specdec/decoding/verification.hpp"
+#include "specdec/decoding/verify_only.hpp"
 #include "specdec/sampling/acceptance.hpp"
 #include "specdec/sampling/logits_processing.hpp"
 #include "specdec/sampling/tree_acceptance.hpp"
