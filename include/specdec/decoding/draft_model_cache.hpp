@@ -15,7 +15,7 @@ namespace specdec::detail {
 template <CausalLM Model>
 class DraftModelCache {
 public:
-    explicit DraftModelCache(Model& model) : cache_(model) {}
+    explicit DraftModelCache(Model& model) : cache_(model, "draft") {}
 
     [[nodiscard]] std::size_t vocab_size() const { return cache_.model().vocab_size(); }
     Model& model() { return cache_.model(); }

@@ -4,6 +4,9 @@
 // prefix with the sequence we want, then feeding what is missing. This one
 // mechanism covers prompt prefill, rejected drafts, and the draft catching up
 // on the last accepted draft token plus the corrected/bonus token.
+// Every call that changes the model's cache is checked right after it
+// (cache_checks.hpp): a model whose truncate() or forward() leaves the cache
+// at another length than asked is reported, by role and name, at once.
 #include <algorithm>
 #include <cstdint>
 #include <cstddef>
@@ -15,28 +18,33 @@
 
 #include "specdec/core/model_contract.hpp"
 #include "specdec/core/error.hpp"
+#include "specdec/decoding/cache_checks.hpp"
 
 namespace specdec::detail {
 
 template <CausalLM Model>
 class KvSync {
 public:
-    explicit KvSync(Model& model) : model_(&model) {}
+    // `role` ("target", "draft") names the model in errors; it must outlive
+    // the KvSync (a string literal).
+    KvSync(Model& model, std::string_view role) : model_(&model), role_(role) {}
 
     Model& model() { return *model_; }
     const Model& model() const { return *model_; }
     [[nodiscard]] const std::vector<Token>& cached() const { return cached_; }
 
+    [[nodiscard]] std::string_view role() const { return role_; }
+
     void reset() {
-        model_->truncate(0);
         cached_.clear();
+        truncate_checked(*model_, 0, role_);
     }
 
     // Rolls the cache back to its first n tokens.
     void truncate(std::size_t n) {
         if (n < cached_.size()) {
-            model_->truncate(n);
             cached_.resize(n);
+            truncate_checked(*model_, n, role_);
         }
     }
 
@@ -55,8 +63,10 @@ public:
 
     // Appends tokens to the cache in one batched forward pass.
     LogitsView forward(std::span<const Token> tokens) {
+        const std::size_t before = model_->cached_tokens();
         LogitsView logits = model_->forward(tokens);
         cached_.insert(cached_.end(), tokens.begin(), tokens.end());
+        check_cache_grew(*model_, before, tokens.size(), role_, "forward");
         if (logits.rows != tokens.size()) {
             std::ostringstream message;
             message << "model forward returned " << logits.rows << " logits rows for " << tokens.size()
@@ -78,12 +88,7 @@ public:
     // the model directly (a batched pass over several sequences' slots).
     void record_fed(std::span<const Token> tokens) {
         cached_.insert(cached_.end(), tokens.begin(), tokens.end());
-        if (model_->cached_tokens() != cached_.size()) {
-            std::ostringstream message;
-            message << "after a batched pass the model holds " << model_->cached_tokens()
-                    << " cached positions for a sequence of " << cached_.size() << ": expected them equal";
-            throw Error(message.str());
-        }
+        check_cache_grew(*model_, cached_.size() - tokens.size(), tokens.size(), role_, "a batched pass (forward_batch)");
     }
 
     // A tree pass (TreeLM): scores nodes given as tokens with parent indices
@@ -91,7 +96,9 @@ public:
     LogitsView forward_tree(std::span<const Token> tokens, std::span<const std::int32_t> parents)
         requires TreeLM<Model>
     {
+        const std::size_t before = model_->cached_tokens();
         LogitsView logits = model_->forward_tree(tokens, parents);
+        check_cache_grew(*model_, before, 0, role_, "forward_tree (which must not grow the cache)");
         if (logits.rows != tokens.size() || (logits.rows > 0 && (logits.vocab != model_->vocab_size() ||
                                                                  logits.data == nullptr ||
                                                                  (logits.rows > 1 && logits.row_stride < logits.vocab)))) {
@@ -109,22 +116,20 @@ public:
     void commit_tree(std::span<const std::int32_t> path, std::span<const Token> node_tokens)
         requires TreeLM<Model>
     {
+        const std::size_t before = model_->cached_tokens();
         model_->commit_tree(path);
         for (const std::int32_t node : path) cached_.push_back(node_tokens[static_cast<std::size_t>(node)]);
-        if (model_->cached_tokens() != cached_.size()) {
-            std::ostringstream message;
-            message << "model commit_tree of a " << path.size() << "-node path left " << model_->cached_tokens()
-                    << " cached positions: expected " << cached_.size();
-            throw Error(message.str());
-        }
+        check_cache_grew(*model_, before, path.size(), role_, "commit_tree");
     }
 
     // Appends tokens whose logits nobody reads (a prompt's prefill): through
     // forward_last() when the model has it, so the output head runs once.
     void prefill(std::span<const Token> tokens) {
         if constexpr (LastRowLM<Model>) {
+            const std::size_t before = model_->cached_tokens();
             const LogitsView logits = model_->forward_last(tokens);
             cached_.insert(cached_.end(), tokens.begin(), tokens.end());
+            check_cache_grew(*model_, before, tokens.size(), role_, "forward_last");
             if (logits.rows != 1) {
                 std::ostringstream message;
                 message << "model forward_last returned " << logits.rows << " logits rows for " << tokens.size()
@@ -139,13 +144,16 @@ public:
     // The device-verification path of targets that provide forward_and_verify().
     template <class... Args>
     auto forward_and_verify(std::span<const Token> tokens, Args&&... args) {
+        const std::size_t before = model_->cached_tokens();
         auto verdict = model_->forward_and_verify(tokens, std::forward<Args>(args)...);
         cached_.insert(cached_.end(), tokens.begin(), tokens.end());
+        check_cache_grew(*model_, before, tokens.size(), role_, "forward_and_verify");
         return verdict;
     }
 
 private:
     Model* model_;
+    std::string_view role_;
     std::vector<Token> cached_;
 };
 

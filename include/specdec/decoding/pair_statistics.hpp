@@ -24,6 +24,7 @@
 #include "specdec/core/rng.hpp"
 #include "specdec/core/sampling_options.hpp"
 #include "specdec/core/types.hpp"
+#include "specdec/decoding/cache_checks.hpp"
 #include "specdec/sampling/logits_processing.hpp"
 
 namespace specdec {
@@ -58,8 +59,8 @@ PairStatistics measure_pair(Target& target, Draft& draft, const PairStatisticsOp
     PairStatistics stats;
     stats.positions = options.positions;
     std::vector<float> p(target.vocab_size()), q(draft.vocab_size());
-    target.truncate(0);
-    draft.truncate(0);
+    detail::truncate_checked(target, 0, "target");
+    detail::truncate_checked(draft, 0, "draft");
     Token token = options.first_token;
     // The row after the token at position `step` predicts position step + 1.
     for (std::size_t step = 0; step < options.positions; ++step) {
@@ -86,7 +87,7 @@ PairStatistics measure_pair(Target& target, Draft& draft, const PairStatisticsOp
     stats.acceptance /= n;
     stats.argmax_agreement /= n;
 
-    target.truncate(0);
+    detail::truncate_checked(target, 0, "target");
     std::unordered_set<Token> distinct;
     token = options.first_token;
     for (std::size_t step = 0; step < options.positions; ++step) {
@@ -94,8 +95,8 @@ PairStatistics measure_pair(Target& target, Draft& draft, const PairStatisticsOp
         distinct.insert(token);
     }
     stats.greedy_distinct_fraction = static_cast<double>(distinct.size()) / n;
-    target.truncate(0);
-    draft.truncate(0);
+    detail::truncate_checked(target, 0, "target");
+    detail::truncate_checked(draft, 0, "draft");
     return stats;
 }
 

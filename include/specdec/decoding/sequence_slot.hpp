@@ -9,10 +9,12 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "specdec/core/error.hpp"
 #include "specdec/core/model_contract.hpp"
 #include "specdec/core/types.hpp"
+#include "specdec/decoding/cache_checks.hpp"
 
 namespace specdec::detail {
 
@@ -38,6 +40,7 @@ public:
     }
 
     [[nodiscard]] Model& model() { return *model_; }
+    [[nodiscard]] const Model& model() const { return *model_; }
     [[nodiscard]] std::size_t slot() const { return slot_; }
 
     [[nodiscard]] std::size_t vocab_size() const { return model_->vocab_size(); }
@@ -79,5 +82,11 @@ private:
     Model* model_;
     std::size_t slot_;
 };
+
+// The model's label and the slot: errors about one sequence's cache say which.
+template <CausalLM Model>
+[[nodiscard]] std::string model_label(const SlotModel<Model>& slot, std::string_view role) {
+    return model_label(slot.model(), role) + " (sequence slot " + std::to_string(slot.slot()) + ")";
+}
 
 }  // namespace specdec::detail

@@ -192,7 +192,7 @@ protected:
     // Throws specdec::Error for invalid options. The model must outlive the decoder.
     DecoderSession(Target& target, DecodingOptions options)
         requires(!kDrafts)
-        : options_(std::move(options)), target_(target) {
+        : options_(std::move(options)), target_(target, "target") {
         validate(options_, /*speculative=*/false);
     }
 
@@ -201,7 +201,7 @@ protected:
     template <class Draft>
         requires kDrafts
     DecoderSession(TargetRole<Target> target, DraftRole<Draft> draft, DecodingOptions options)
-        : options_(std::move(options)), drafter_(DraftSource::make(draft.source)), target_(target.model) {
+        : options_(std::move(options)), drafter_(DraftSource::make(draft.source)), target_(target.model, "target") {
         validate(options_, /*speculative=*/true);
         check_shared_vocabulary(draft.source, target.model);
     }
