@@ -16,6 +16,13 @@
 #include <string_view>
 #include <vector>
 
+#if defined(__unix__) || defined(__APPLE__)
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#define SPECDEC_LLAMA_CPP_CAN_PROBE_ENDPOINTS 1
+#endif
+
 #include <llama.h>
 
 #include "specdec/core/error.hpp"
@@ -83,6 +90,36 @@ inline std::string recent_errors_suffix() {
     return errors.empty() ? std::string() : " (llama.cpp: " + errors + ")";
 }
 
+// Whether a TCP connection to "host:port" can be opened. llama.cpp's RPC
+// client aborts the whole process when it cannot connect, so the adapter
+// asks first and throws instead. (Where this is not implemented it says yes.)
+inline bool endpoint_reachable(const std::string& endpoint) {
+#ifdef SPECDEC_LLAMA_CPP_CAN_PROBE_ENDPOINTS
+    const std::size_t colon = endpoint.rfind(':');
+    if (colon == std::string::npos) return false;
+    std::string host = endpoint.substr(0, colon);
+    const std::string port = endpoint.substr(colon + 1);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0) return false;
+    bool reachable = false;
+    for (addrinfo* a = found; a != nullptr && !reachable; a = a->ai_next) {
+        const int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+        if (fd < 0) continue;
+        reachable = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+        ::close(fd);
+    }
+    ::freeaddrinfo(found);
+    return reachable;
+#else
+    (void)endpoint;
+    return true;
+#endif
+}
+
 // The devices of the RPC servers at `endpoints` ("host:port" each), in order,
 // for llama_model_params::devices. The devices are not added to ggml's global
 // registry, so that models loaded later without RPC servers stay local.
@@ -105,6 +142,9 @@ inline std::vector<ggml_backend_dev_t> rpc_devices(const std::vector<std::string
     for (const std::string& endpoint : endpoints) {
         if (endpoint.find(':') == std::string::npos) {
             throw Error("RPC server '" + endpoint + "': expected host:port");
+        }
+        if (!endpoint_reachable(endpoint)) {
+            throw Error("RPC server " + endpoint + ": cannot connect (is ggml-rpc-server running there and reachable?)");
         }
         ggml_backend_reg_t server = add_server(endpoint.c_str());
         const std::size_t count = server == nullptr ? 0 : ggml_backend_reg_dev_count(server);
