@@ -87,6 +87,26 @@ TEST_CASE("llama.cpp adapter: the rollback probe refuses a memory that cannot dr
     CHECK_FALSE(specdec::llama_cpp::probe_partial_rollback(broken).partial_rollback);
 }
 
+TEST_CASE("llama.cpp adapter: llama_decode's return codes are told apart by what they leave in the cache",
+          "[llama_cpp][refusal]") {
+    using specdec::llama_cpp::DecodeOutcome;
+    using specdec::llama_cpp::decode_outcome;
+    using specdec::llama_cpp::leaves_partial_batch;
+    CHECK(decode_outcome(0) == DecodeOutcome::ok);
+    CHECK(decode_outcome(1) == DecodeOutcome::no_slot);
+    CHECK(decode_outcome(2) == DecodeOutcome::aborted);
+    CHECK(decode_outcome(-1) == DecodeOutcome::invalid_batch);
+    CHECK(decode_outcome(-3) == DecodeOutcome::fatal);
+    CHECK(decode_outcome(7) == DecodeOutcome::warning);
+    // Aborted and fatal decodes keep the ubatches they stored; the others restore the memory.
+    CHECK(leaves_partial_batch(DecodeOutcome::aborted));
+    CHECK(leaves_partial_batch(DecodeOutcome::fatal));
+    CHECK_FALSE(leaves_partial_batch(DecodeOutcome::no_slot));
+    CHECK_FALSE(leaves_partial_batch(DecodeOutcome::invalid_batch));
+    CHECK_THAT(specdec::llama_cpp::describe_decode_code(1), Contains("returned 1") && Contains("no KV cache slot"));
+    CHECK_THAT(specdec::llama_cpp::describe_decode_code(-2), Contains("fatal"));
+}
+
 TEST_CASE("llama.cpp adapter: mismatched vocabularies are refused, naming both models", "[llama_cpp][refusal]") {
     const support::TempFolder folder("vocabulary");
     const support::ExportedPair files = support::export_synthetic_pair(folder.path());

@@ -425,6 +425,9 @@ private:
             roll_back(feeds);
             if (!failure_.empty()) throw Error(std::string(error.what()) + "; then " + failure_);
             throw;
+        } catch (...) {  // e.g. std::bad_alloc between two chunks
+            roll_back(feeds);
+            throw;
         }
         for (const SequenceFeed& feed : feeds) {
             cached_[feed.slot] += feed.tokens.size();
