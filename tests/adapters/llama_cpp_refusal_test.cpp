@@ -9,6 +9,7 @@
 // every real model loaded here it passes (the load would throw otherwise).
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <fstream>
 #include <span>
 #include <string>
@@ -105,6 +106,15 @@ TEST_CASE("llama.cpp adapter: llama_decode's return codes are told apart by what
     CHECK_FALSE(leaves_partial_batch(DecodeOutcome::invalid_batch));
     CHECK_THAT(specdec::llama_cpp::describe_decode_code(1), Contains("returned 1") && Contains("no KV cache slot"));
     CHECK_THAT(specdec::llama_cpp::describe_decode_code(-2), Contains("fatal"));
+
+    // A batch without a KV slot is split between sequences, nearest the middle.
+    using specdec::llama_cpp::sequence_boundary_near_middle;
+    const std::vector<std::int32_t> three{0, 0, 0, 1, 1, 2, 2, 2};
+    CHECK(sequence_boundary_near_middle(three) == 3);
+    const std::vector<std::int32_t> lopsided{4, 4, 4, 4, 4, 4, 4, 1};
+    CHECK(sequence_boundary_near_middle(lopsided) == 7);
+    const std::vector<std::int32_t> alone{2, 2, 2, 2};
+    CHECK(sequence_boundary_near_middle(alone) == 0);
 }
 
 TEST_CASE("llama.cpp adapter: mismatched vocabularies are refused, naming both models", "[llama_cpp][refusal]") {

@@ -523,16 +523,10 @@ private:
     [[nodiscard]] static bool spans_several_sequences(std::span<const Entry> entries) {
         return !entries.empty() && entries.front().seq != entries.back().seq;
     }
-    // The sequence change closest to the middle (entries of one sequence are contiguous).
     [[nodiscard]] static std::size_t sequence_boundary_near_middle(std::span<const Entry> entries) {
-        std::size_t best = 0;
-        const std::size_t middle = entries.size() / 2;
-        for (std::size_t i = 1; i < entries.size(); ++i) {
-            if (entries[i].seq == entries[i - 1].seq) continue;
-            const auto distance = [&](std::size_t x) { return x > middle ? x - middle : middle - x; };
-            if (best == 0 || distance(i) < distance(best)) best = i;
-        }
-        return best;
+        std::vector<std::int32_t> seq_ids;
+        for (const Entry& e : entries) seq_ids.push_back(e.seq);
+        return llama_cpp::sequence_boundary_near_middle(seq_ids);
     }
 
     Error decode_error(std::int32_t code, std::span<const Entry> entries) const {

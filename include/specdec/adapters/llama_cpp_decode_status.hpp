@@ -3,7 +3,9 @@
 // contract in llama.h: which codes leave the memory as it was before the call
 // (retry or report), and which leave the ubatches already processed in it (the
 // adapter must then roll the sequences back itself).
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 
 namespace specdec::llama_cpp {
@@ -42,6 +44,22 @@ enum class DecodeOutcome {
         case DecodeOutcome::warning: return prefix + "unknown warning code";
     }
     return prefix + "unknown code";
+}
+
+// Where to split a batch that found no KV slot: at the change of sequence id
+// closest to its middle, never inside a sequence's run of tokens (a split
+// there separates drafts from the rows that verify them: llama.cpp#24840).
+// `seq_ids` holds each token's sequence, every sequence's tokens contiguous;
+// returns 0 when the batch holds a single sequence (nothing to split).
+[[nodiscard]] inline std::size_t sequence_boundary_near_middle(std::span<const std::int32_t> seq_ids) {
+    std::size_t best = 0;
+    const std::size_t middle = seq_ids.size() / 2;
+    const auto distance = [middle](std::size_t x) { return x > middle ? x - middle : middle - x; };
+    for (std::size_t i = 1; i < seq_ids.size(); ++i) {
+        if (seq_ids[i] == seq_ids[i - 1]) continue;
+        if (best == 0 || distance(i) < distance(best)) best = i;
+    }
+    return best;
 }
 
 }  // namespace specdec::llama_cpp
