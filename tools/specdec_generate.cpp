@@ -4,6 +4,10 @@
 //
 //   specdec-generate -m TARGET.gguf [-md DRAFT.gguf] -p "prompt" [-n 128] [--temp 0.8] ...
 //
+// --engine llama.cpp runs the same files in llama.cpp (specdec's adapter,
+// specdec/adapters/llama_cpp.hpp): llama.cpp's forward passes, tokenizer and
+// end-of-generation tokens; the drafting, acceptance and sampling stay specdec's.
+//
 // --check-autoregressive generates the same continuation with the target
 // alone afterwards and exits 1 when the tokens differ (at temperature 0 the
 // speculative output must be the target's greedy output, token for token; at
