@@ -19,12 +19,14 @@
 #include <string_view>
 #include <vector>
 
+#include "../tools/engine_choice.hpp"
 #include "../tools/flag_table.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/decoding/tree_shape.hpp"
 
 namespace specdec::bench {
 
+using cli::Engine;
 using cli::UsageError;
 
 enum class Backend { cpu, cuda };
@@ -97,6 +99,7 @@ struct BenchOptions : RunChoices {
     std::optional<std::string> target_path;  // a GGUF file; none = the embedded synthetic target
     std::optional<std::string> draft_path;   // a GGUF file, or "prompt-lookup"
     Backend backend = Backend::cpu;
+    Engine engine = Engine::specdec;  // llama.cpp: the GGUF files run in llama.cpp (adapters/llama_cpp.hpp)
     std::optional<std::string> prompt;
     std::optional<std::size_t> prompt_tokens;  // also measure the prefill of a prompt of this many tokens
     std::optional<std::string> export_gguf_dir;  // write the synthetic target and draft as GGUF files there, then exit
@@ -214,6 +217,10 @@ inline const std::vector<BenchFlag>& bench_flags() {
              else if (name == "cuda") l.options.backend = Backend::cuda;
              else throw UsageError("--backend: '" + std::string(name) + "' is not a backend, expected cpu or cuda");
          }},
+        {{"--engine"}, "specdec|llama.cpp",
+         "what runs the models: specdec's own CPU models (default), or llama.cpp\n"
+         "(the --target and --draft files, through specdec's llama.cpp adapter)",
+         [](Line& l, V flag, V name) { l.options.engine = cli::parse_engine(flag, name); }},
         {{"--threads"}, "N", "CPU threads (default: all hardware threads)",
          [](Line& l, V f, V v) { l.options.threads = detail::parse_count(f, v, 1); }},
 
@@ -405,9 +412,10 @@ exit status: 0 success, 1 the library reported an error, 2 bad command line
     if (repetitions_given && !time_budget_given) options.time_budget_seconds = 0.0;  // exactly N rounds
 
     if (!options.batch_sizes.empty()) {
-        if (options.target_path || options.draft_path || options.backend != Backend::cpu || options.export_gguf_dir)
+        if (options.target_path || options.draft_path || options.backend != Backend::cpu || options.export_gguf_dir ||
+            options.engine != Engine::specdec)
             throw UsageError("--batch runs the embedded synthetic pair on the CPU; it takes no --target, --draft, "
-                             "--backend cuda or --export-gguf");
+                             "--backend cuda, --engine llama.cpp or --export-gguf");
         if (!options.trees.empty()) throw UsageError("--batch measures chains; it takes no --tree");
         if (line.temperatures_given && options.temperatures.size() != 1)
             throw UsageError("--batch measures one temperature; give --temperature with one value");
@@ -417,8 +425,17 @@ exit status: 0 success, 1 the library reported an error, 2 bad command line
         options.time_budget_seconds = 0.0;  // rounds, not a budget
     }
 
-    if (options.export_gguf_dir && (options.target_path || options.backend != Backend::cpu || options.uses_prompt_lookup())) {
-        throw UsageError("--export-gguf writes the embedded synthetic CPU models; it takes no --target, --draft or --backend cuda");
+    if (options.export_gguf_dir && (options.target_path || options.backend != Backend::cpu || options.uses_prompt_lookup() ||
+                                    options.engine != Engine::specdec)) {
+        throw UsageError("--export-gguf writes the embedded synthetic CPU models; it takes no --target, --draft, "
+                         "--backend cuda or --engine llama.cpp");
+    }
+    if (options.engine == Engine::llama_cpp) {
+        if (!options.target_path || !options.draft_path)
+            throw UsageError("--engine llama.cpp runs GGUF files: expected --target T.gguf and --draft D.gguf (or "
+                             "--draft prompt-lookup); specdec-bench --export-gguf DIR writes the synthetic pair as such files");
+        if (options.backend != Backend::cpu)
+            throw UsageError("--engine llama.cpp takes no --backend: llama.cpp runs on the devices it was built for");
     }
     if (options.target_path) {
         detail::require_file("--target", *options.target_path);

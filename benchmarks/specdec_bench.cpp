@@ -8,6 +8,8 @@
 //   specdec-bench --tree auto,3x2x1                 token-tree rows too
 //   specdec-bench --export-gguf DIR                 write the synthetic pair as GGUF files
 //   specdec-bench --batch 1,2,4,8,16,32             batched decoding per batch size (batch_bench.hpp)
+//   specdec-bench --engine llama.cpp --target t.gguf --draft d.gguf
+//                                                   the same rows with llama.cpp running the models
 //
 // Exit status: 0 success, 1 the library reported an error, 2 bad command line.
 #include <algorithm>
@@ -28,6 +30,9 @@
 #include "bench_options.hpp"
 #include "bench_runner.hpp"
 #include "gguf_export.hpp"
+#ifdef SPECDEC_WITH_LLAMA_CPP
+#include "llama_cpp_setup.hpp"
+#endif
 #include "machine_info.hpp"
 #include "model_setup.hpp"
 #include "report_json.hpp"
@@ -180,10 +185,34 @@ int run_batch(const BenchOptions& options) {
     return 0;
 }
 
+// --engine llama.cpp: the same rows, with llama.cpp running the GGUF models.
+int run_llama_cpp([[maybe_unused]] const BenchOptions& options) {
+#ifdef SPECDEC_WITH_LLAMA_CPP
+    LlamaCppSetup setup = set_up_llama_cpp_models(options);
+    BenchInputs inputs;
+    // Built for the CPU (scripts/build-llama-cpp.sh), llama.cpp decodes from
+    // host memory: the bandwidth is its roofline as it is the own engine's.
+    inputs.machine = MachineInfo{cpu_model_name(), setup.threads, "llama.cpp", "", load_average(), hardware_threads()};
+    inputs.machine.read_bandwidth = measure_read_bandwidth(setup.threads);
+    inputs.target = setup.target_info;
+    inputs.draft = setup.draft_info;
+    inputs.prompt = setup.prompt;
+    inputs.prompt_text = setup.prompt_text;
+    inputs.cost_settings.long_prompt_tokens = options.prompt_tokens.value_or(0);
+    inputs.settings = RunSettings(options);
+    return std::visit([&](auto& draft) { return benchmark_and_report(*draft, *setup.target, inputs, options); }, setup.draft);
+#else
+    throw specdec::cli::llama_cpp_missing("specdec-bench");
+#endif
+}
+
 int run(const BenchOptions& options) {
     if (options.export_gguf_dir) return export_gguf(options);
+    if (options.engine == Engine::llama_cpp && !specdec::cli::kBuiltWithLlamaCpp)
+        throw specdec::cli::llama_cpp_missing("specdec-bench");
     check_writable(options.json_path, "--json");
     check_writable(options.svg_path, "--svg");
+    if (options.engine == Engine::llama_cpp) return run_llama_cpp(options);
     if (!options.batch_sizes.empty()) return run_batch(options);
     ModelSetup setup = set_up_models(options);
     BenchInputs inputs;

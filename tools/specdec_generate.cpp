@@ -4,11 +4,16 @@
 //
 //   specdec-generate -m TARGET.gguf [-md DRAFT.gguf] -p "prompt" [-n 128] [--temp 0.8] ...
 //
+// --engine llama.cpp runs the same files in llama.cpp (specdec's adapter,
+// specdec/adapters/llama_cpp.hpp): llama.cpp's forward passes, tokenizer and
+// end-of-generation tokens; the drafting, acceptance and sampling stay specdec's.
+//
 // --check-autoregressive generates the same continuation with the target
 // alone afterwards and exits 1 when the tokens differ (at temperature 0 the
 // speculative output must be the target's greedy output, token for token; at
 // temperature > 0 both draw from the same distribution but not the same
 // sample, so the check needs --temp 0).
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -19,14 +24,19 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
+#include "engine_choice.hpp"
 #include "flag_table.hpp"
 
 #include <specdec/formats/tokenizer.hpp>
 #include <specdec/models/llama_model.hpp>
 #include <specdec/specdec.hpp>
+#ifdef SPECDEC_WITH_LLAMA_CPP
+#include <specdec/adapters/llama_cpp.hpp>
+#endif
 
 namespace {
 
@@ -55,6 +65,7 @@ struct Options {
     bool check_autoregressive = false;
     bool quiet = false;
     bool help = false;
+    cli::Engine engine = cli::Engine::specdec;
 };
 
 using cli::UsageError;
@@ -70,7 +81,8 @@ T parse_number(std::string_view flag, std::string_view text) {
 const std::vector<GenerateFlag>& generate_flags() {
     using V = std::string_view;
     static const std::vector<GenerateFlag> flags{
-        {{"-m", "--model"}, "FILE", "target model (GGUF: llama, qwen2)", [](Options& o, V, V v) { o.target = v; }},
+        {{"-m", "--model"}, "FILE", "target model (GGUF: llama, qwen2, mistral; with --engine llama.cpp any that llama.cpp loads)",
+         [](Options& o, V, V v) { o.target = v; }},
         {{"-md", "--model-draft"}, "FILE", "draft model sharing the target's vocabulary; without it, prompt lookup drafts",
          [](Options& o, V, V v) { o.draft = v; }},
         {{"-p", "--prompt"}, "TEXT", "prompt text", [](Options& o, V, V v) { o.prompt = v; }},
@@ -105,8 +117,12 @@ const std::vector<GenerateFlag>& generate_flags() {
          }},
         {{"-t", "--threads"}, "N", "threads (default: all cores)",
          [](Options& o, V f, V v) { o.threads = parse_number<std::size_t>(f, v); }},
-        {{"-c", "--ctx-size"}, "N", "cap the context (default: the target's)",
+        {{"-c", "--ctx-size"}, "N", "cap the context (default: the target's; --engine llama.cpp: at most 4096)",
          [](Options& o, V f, V v) { o.context = parse_number<std::size_t>(f, v); }},
+        {{"--engine"}, "specdec|llama.cpp",
+         "what runs the models: specdec's own CPU models (default), or llama.cpp\n"
+         "through specdec's adapter (specdec still drafts, verifies and samples)",
+         [](Options& o, V f, V v) { o.engine = cli::parse_engine(f, v); }},
         {{"--ignore-eos"}, "", "do not stop at the end-of-sequence token", [](Options& o, V, V) { o.ignore_eos = true; }},
         {{"--autoregressive"}, "", "decode with the target alone (the baseline)",
          [](Options& o, V, V) { o.autoregressive = true; }},
@@ -182,9 +198,9 @@ void print_stats(const char* label, const specdec::GenerationStats& s, bool spec
 
 // Speculative decoding with a fixed draft length, or with the length chosen
 // per step (options.draft_tokens is then the maximum).
-template <class Draft, class OnToken>
-specdec::GenerationResult speculate(specdec::LlamaModel& target, Draft& draft, const specdec::DecodingOptions& options,
-                                    bool auto_length, const std::vector<specdec::Token>& prompt, OnToken& on_token) {
+template <class Target, class Draft, class OnToken>
+specdec::GenerationResult speculate(Target& target, Draft& draft, const specdec::DecodingOptions& options, bool auto_length,
+                                    const std::vector<specdec::Token>& prompt, OnToken& on_token) {
     if (auto_length) {
         specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options,
                                             specdec::TokenwiseRejection{}, specdec::AutoLength{});
@@ -194,20 +210,12 @@ specdec::GenerationResult speculate(specdec::LlamaModel& target, Draft& draft, c
     return decoder.generate(prompt, on_token);
 }
 
-int run(const Options& o) {
-    auto pool = std::make_shared<specdec::cpu::ThreadPool>(o.threads);
-    const auto target_file = specdec::gguf::File::open(o.target);
-    const specdec::Tokenizer tokenizer = specdec::Tokenizer::from_gguf(target_file);
-    specdec::LlamaModel target = specdec::LlamaModel::from_gguf(o.target, {.max_context = o.context, .thread_pool = pool});
-    std::optional<specdec::LlamaModel> draft;
-    if (!o.draft.empty() && !o.autoregressive) {
-        const auto draft_file = specdec::gguf::File::open(o.draft);
-        const specdec::Tokenizer draft_tokenizer = specdec::Tokenizer::from_gguf(draft_file);
-        draft.emplace(specdec::LlamaModel::from_gguf(o.draft, {.max_context = o.context, .thread_pool = pool}));
-        require_same_vocabulary(o, tokenizer, draft_tokenizer, target.vocab_size(), draft->vocab_size());
-    }
-
-    const std::vector<specdec::Token> prompt = tokenizer.encode(o.prompt);
+// Generates from loaded models, whichever engine runs them: streams the text
+// (Text: push(token) -> the newly complete text, flush()), prints the
+// statistics and, with --check-autoregressive, compares with the target alone.
+template <class Model, class Text>
+int generate(const Options& o, Model& target, Model* draft, const std::vector<specdec::Token>& prompt,
+             std::vector<specdec::Token> stop_tokens, Text& text) {
     const std::uint64_t seed = o.seed.value_or(std::random_device{}());
     specdec::DecodingOptions options{
         .draft_tokens = o.draft_tokens,
@@ -215,12 +223,11 @@ int run(const Options& o) {
         .seed = seed,
         .max_new_tokens = o.new_tokens,
     };
-    if (tokenizer.has_eos() && !o.ignore_eos) options.stop_tokens = {tokenizer.eos()};
+    if (!o.ignore_eos) options.stop_tokens = std::move(stop_tokens);
 
-    specdec::Tokenizer::StreamDecoder stream(tokenizer);
     const auto print = [&](specdec::Token token) {
         if (o.quiet) return;
-        std::fputs(stream.push(token).c_str(), stdout);
+        std::fputs(text.push(token).c_str(), stdout);
         std::fflush(stdout);
     };
     if (!o.quiet) {
@@ -232,7 +239,7 @@ int run(const Options& o) {
     if (o.autoregressive) {
         specdec::AutoregressiveDecoder decoder(target, options);
         result = decoder.generate(prompt, print);
-    } else if (draft) {
+    } else if (draft != nullptr) {
         method = "speculative (draft model)";
         result = speculate(target, *draft, options, o.auto_length, prompt, print);
     } else {
@@ -240,13 +247,13 @@ int run(const Options& o) {
         specdec::PromptLookupDrafter lookup({.min_ngram = o.lookup_min, .max_ngram = o.lookup_max});
         result = speculate(target, lookup, options, o.auto_length, prompt, print);
     }
-    if (!o.quiet) std::printf("%s\n", stream.flush().c_str());
+    if (!o.quiet) std::printf("%s\n", text.flush().c_str());
 
     const std::string length = (o.auto_length ? "auto, at most " : "") + std::to_string(o.draft_tokens);
-    std::fprintf(stderr, "\ntarget %s, %s, draft length %s, temperature %g, seed %llu, stopped by %s\n",
-                 o.target.filename().string().c_str(), draft ? o.draft.filename().string().c_str() : "no draft model",
-                 length.c_str(), o.temperature, static_cast<unsigned long long>(seed),
-                 std::string(specdec::to_string(result.stop_reason)).c_str());
+    std::fprintf(stderr, "\nengine %s, target %s, %s, draft length %s, temperature %g, seed %llu, stopped by %s\n",
+                 std::string(cli::to_string(o.engine)).c_str(), o.target.filename().string().c_str(),
+                 draft != nullptr ? o.draft.filename().string().c_str() : "no draft model", length.c_str(), o.temperature,
+                 static_cast<unsigned long long>(seed), std::string(specdec::to_string(result.stop_reason)).c_str());
     print_stats(method, result.stats, !o.autoregressive);
 
     if (o.check_autoregressive) {
@@ -266,6 +273,87 @@ int run(const Options& o) {
         std::fprintf(stderr, "check: identical to autoregressive decoding (%zu tokens)\n", result.tokens.size());
     }
     return 0;
+}
+
+// The library's own CPU models and tokenizer.
+int run_specdec(const Options& o) {
+    auto pool = std::make_shared<specdec::cpu::ThreadPool>(o.threads);
+    const auto target_file = specdec::gguf::File::open(o.target);
+    const specdec::Tokenizer tokenizer = specdec::Tokenizer::from_gguf(target_file);
+    specdec::LlamaModel target = specdec::LlamaModel::from_gguf(o.target, {.max_context = o.context, .thread_pool = pool});
+    std::optional<specdec::LlamaModel> draft;
+    if (!o.draft.empty() && !o.autoregressive) {
+        const auto draft_file = specdec::gguf::File::open(o.draft);
+        const specdec::Tokenizer draft_tokenizer = specdec::Tokenizer::from_gguf(draft_file);
+        draft.emplace(specdec::LlamaModel::from_gguf(o.draft, {.max_context = o.context, .thread_pool = pool}));
+        require_same_vocabulary(o, tokenizer, draft_tokenizer, target.vocab_size(), draft->vocab_size());
+    }
+    const std::vector<specdec::Token> prompt = tokenizer.encode(o.prompt);
+    std::vector<specdec::Token> stops;
+    if (tokenizer.has_eos()) stops.push_back(tokenizer.eos());
+    specdec::Tokenizer::StreamDecoder stream(tokenizer);
+    return generate(o, target, draft ? &*draft : nullptr, prompt, std::move(stops), stream);
+}
+
+#ifdef SPECDEC_WITH_LLAMA_CPP
+// The generated text through llama.cpp's detokenizer: the prompt and every
+// token so far detokenised together (a piece alone can lose the space a
+// tokenizer puts before a word), handing out what is new and complete.
+class LlamaCppText {
+public:
+    LlamaCppText(const specdec::LlamaCppModel& model, std::vector<specdec::Token> prompt)
+        : model_(model), tokens_(std::move(prompt)), emitted_(model_.detokenize(tokens_).size()) {}
+
+    std::string push(specdec::Token token) {
+        tokens_.push_back(token);
+        const std::string text = model_.detokenize(tokens_);
+        if (text.size() <= emitted_) return {};
+        std::string fresh = text.substr(emitted_);
+        fresh.resize(fresh.size() - specdec::detail::incomplete_utf8_suffix(fresh));
+        emitted_ += fresh.size();
+        return fresh;
+    }
+    std::string flush() {
+        const std::string text = model_.detokenize(tokens_);
+        std::string rest = text.size() > emitted_ ? text.substr(emitted_) : std::string();
+        emitted_ = text.size();
+        return rest;
+    }
+
+private:
+    const specdec::LlamaCppModel& model_;
+    std::vector<specdec::Token> tokens_;
+    std::size_t emitted_;
+};
+
+// llama.cpp runs the models (specdec/adapters/llama_cpp.hpp); the decoding is specdec's.
+int run_llama_cpp(const Options& o) {
+    const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
+    specdec::LlamaCppOptions model_options;
+    model_options.context = o.context;  // 0: the model's trained context, at most 4096 (the adapter's default)
+    model_options.threads = static_cast<int>(o.threads != 0 ? o.threads : hardware);
+    model_options.threads_batch = model_options.threads;
+    specdec::LlamaCppModel target = specdec::LlamaCppModel::load(o.target.string(), model_options);
+    std::optional<specdec::LlamaCppModel> draft;
+    if (!o.draft.empty() && !o.autoregressive) {
+        draft.emplace(specdec::LlamaCppModel::load(o.draft.string(), model_options));
+        specdec::check_same_vocabulary(target, *draft);
+    }
+    // BOS where the model's tokenizer asks for it, as llama.cpp's own tools tokenise.
+    const std::vector<specdec::Token> prompt = target.tokenize(o.prompt, /*add_bos=*/true);
+    LlamaCppText text(target, prompt);
+    // Every end-of-generation token (EOS, EOT, ...) stops, as in llama.cpp.
+    return generate(o, target, draft ? &*draft : nullptr, prompt, target.stop_tokens(), text);
+}
+#endif
+
+int run(const Options& o) {
+    if (o.engine == cli::Engine::specdec) return run_specdec(o);
+#ifdef SPECDEC_WITH_LLAMA_CPP
+    return run_llama_cpp(o);
+#else
+    throw cli::llama_cpp_missing("specdec-generate");
+#endif
 }
 
 }  // namespace

@@ -130,6 +130,9 @@ TEST_CASE("bad command lines are usage errors", "[bench][cli]") {
         {"--threads", "0"},
         {"--seed", "-3"},
         {"--backend", "tpu"},
+        {"--engine", "vllm"},
+        {"--engine", ""},
+        {"--engine", "llama.cpp"},
         {"--synthetic-size", "7b"},
         {"--synthetic-draft", "magic"},
         {"--target", "/no/such/target.gguf", "--draft", "prompt-lookup"},
@@ -151,6 +154,46 @@ TEST_CASE("a target needs a draft, and synthetic options need the synthetic targ
     CHECK_THROWS_AS(parse({"--target", existing, "--draft", "prompt-lookup", "--synthetic-size", "tiny"}), UsageError);
     CHECK_NOTHROW(parse({"--target", existing, "--draft", existing}));
     CHECK_NOTHROW(parse({"--target", existing, "--draft", "prompt-lookup"}));
+}
+
+TEST_CASE("the engine option chooses what runs the models, and llama.cpp runs GGUF files only", "[bench][cli]") {
+    const std::string existing = std::string(SPECDEC_TEST_SOURCE_DIR) + "/bench/bench_options_test.cpp";
+    CHECK(parse({}).engine == specdec::bench::Engine::specdec);
+    CHECK(parse({"--engine", "specdec"}).engine == specdec::bench::Engine::specdec);
+    CHECK(parse({"--engine=llama.cpp", "--target", existing, "--draft", existing}).engine == specdec::bench::Engine::llama_cpp);
+    CHECK(parse({"--engine", "llama.cpp", "--target", existing, "--draft", "prompt-lookup"}).uses_prompt_lookup());
+    const auto refusal = [](std::vector<std::string_view> arguments) {
+        try {
+            (void)parse(std::move(arguments));
+        } catch (const UsageError& error) {
+            return std::string(error.what());
+        }
+        return std::string("(accepted)");
+    };
+    CHECK(refusal({"--engine", "vllm"}) == "--engine: 'vllm' is not an engine, expected specdec or llama.cpp");
+    // Without both files, the refusal says what to give and where the synthetic pair's files come from.
+    for (const auto& arguments : std::vector<std::vector<std::string_view>>{
+             {"--engine", "llama.cpp"},
+             {"--engine", "llama.cpp", "--target", existing},
+             {"--engine", "llama.cpp", "--draft", "prompt-lookup"},
+             {"--engine", "llama.cpp", "--draft", existing}}) {
+        const std::string message = refusal(arguments);
+        INFO(message);
+        CHECK(message.starts_with("--engine llama.cpp runs GGUF files: expected --target T.gguf and --draft D.gguf"));
+        CHECK(message.find("--export-gguf DIR") != std::string::npos);
+    }
+    CHECK(refusal({"--engine", "llama.cpp", "--target", existing, "--draft", existing, "--backend", "cuda"})
+              .starts_with("--engine llama.cpp takes no --backend"));
+    CHECK(refusal({"--engine", "llama.cpp", "--batch", "1,2"}).find("--engine llama.cpp") != std::string::npos);
+    CHECK(refusal({"--engine", "llama.cpp", "--export-gguf", "out"}).find("--engine llama.cpp") != std::string::npos);
+    // The other options mean the same with either engine.
+    const BenchOptions options = parse({"--engine", "llama.cpp", "--target", existing, "--draft", existing, "--threads", "2",
+                                        "--temperatures", "0,1", "--draft-tokens", "3,auto", "--repetitions", "5"});
+    CHECK(options.threads == 2);
+    CHECK(options.temperatures == std::vector<double>{0.0, 1.0});
+    CHECK(options.draft_tokens == std::vector<std::size_t>{3});
+    CHECK(options.auto_length);
+    CHECK(options.repetitions == 5);
 }
 
 TEST_CASE("error messages name the bad value", "[bench][cli]") {
