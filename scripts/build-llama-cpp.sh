@@ -35,10 +35,12 @@ if [ ! -f "$stamp" ]; then
   rm -rf "$work/src" && mkdir -p "$work/src"
   tar -xzf "$archive" -C "$work/src" --strip-components=3 "llama_cpp_python-$version/vendor/llama.cpp"
   # The libraries only (llama.cpp's common library, tools and examples take
-  # most of its build time and the adapter needs none of them); the RPC
-  # server is one file over ggml's public headers, compiled against them.
+  # most of its build time and the adapter needs none of them), each finding
+  # its siblings through $ORIGIN, as libggml loads its CPU backend library;
+  # the RPC server is one file over ggml's public headers, compiled against
+  # them (an RPATH, not a RUNPATH, so that it covers ggml's own loads too).
   cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$prefix" \
-    -DCMAKE_INSTALL_LIBDIR=lib -DBUILD_SHARED_LIBS=ON -DGGML_RPC=ON -DGGML_NATIVE=ON -DGGML_CUDA=OFF \
+    -DCMAKE_INSTALL_LIBDIR=lib -DCMAKE_INSTALL_RPATH='$ORIGIN' -DBUILD_SHARED_LIBS=ON -DGGML_RPC=ON -DGGML_NATIVE=ON -DGGML_CUDA=OFF \
     -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_IS_DEV=OFF >/dev/null
@@ -46,7 +48,7 @@ if [ ! -f "$stamp" ]; then
   cmake --install "$work/build" >/dev/null
   mkdir -p "$prefix/bin"
   "${CXX:-c++}" -O2 -std=c++17 "$work/src/tools/rpc/rpc-server.cpp" -I"$prefix/include" -L"$prefix/lib" \
-    -Wl,-rpath,"$prefix/lib" -lggml -lggml-base -lpthread -o "$prefix/bin/ggml-rpc-server"
+    -Wl,--disable-new-dtags,-rpath,"$prefix/lib" -lggml -lggml-base -lpthread -o "$prefix/bin/ggml-rpc-server"
   touch "$stamp"
 fi
 
