@@ -24,6 +24,7 @@
 #include "specdec/decoding/speculative_decoder.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"
+#include "support/skip.hpp"
 
 namespace llama_cpp_greedy {
 
@@ -170,7 +171,7 @@ TEST_CASE("llama.cpp adapter: greedy decoders on the exported synthetic pair equ
 // plain greedy loop, checked to print exactly that text.
 TEST_CASE("write the llama-simple greedy references", "[.write-llama-cpp-reference]") {
     const char* out = std::getenv("SPECDEC_LLAMA_CPP_REFERENCE_OUT");
-    REQUIRE(out != nullptr);
+    if (out == nullptr) SPECDEC_SKIP("set SPECDEC_LLAMA_CPP_REFERENCE_OUT to the file to write");
     const std::string simple = std::string(SPECDEC_LLAMA_BIN_DIR) + "/llama-simple";
     REQUIRE(std::filesystem::exists(simple));
     struct Source {
