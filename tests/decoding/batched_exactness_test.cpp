@@ -165,10 +165,14 @@ SampledRun run_with_mates(Decoder& decoder, const std::vector<Token>& prompt, De
 // default memory-bound at first, then compute-bound), a draft round over s
 // sequences c + d s (by default 0.05 + 0.01 s), 0.001 a verified row. The policy is shared by the
 // decoders of every sample, so that it plans from what earlier samples measured.
+// hidden_drafting_seconds is added to the total of every step that drafted
+// and to none of its timings: the policy's model cannot see it, only the
+// realized tokens per second can.
 struct ScriptedCosts {
     specdec::AutoBatchLength* policy;
     double per_token = 0.01, per_token_squared = 0.002;
     double round_base = 0.05, round_per_sequence = 0.01;
+    double hidden_drafting_seconds = 0.0;
     std::vector<double> round_seconds{};
 
     void plan(std::span<const specdec::SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
@@ -187,6 +191,7 @@ struct ScriptedCosts {
         outcome.draft_round_seconds = round_seconds;
         outcome.acceptance_seconds = 0.001 * n;
         outcome.total_seconds = outcome.target_seconds + drafting + outcome.acceptance_seconds;
+        if (!outcome.draft_round_widths.empty()) outcome.total_seconds += hidden_drafting_seconds;
         policy->observe(outcome);
     }
     void forget(std::uint64_t id) { policy->forget(id); }
@@ -322,6 +327,32 @@ TEST_CASE("batched decoding with a draft model is exact per request among batch 
         CHECK(counts->lengths[k] < counts->samples);
     }
     CHECK(tokenwise_policy.steps_observed() > kSamples);
+}
+
+TEST_CASE("batched decoding is exact per request when AutoBatchLength's check against realized tokens per second runs "
+          "plain steps, its probes drafting to the deepest position",
+          "[exactness][decoder][batched][length-policy]") {
+    constexpr std::size_t k = 4;
+    const SamplingOptions sampling{.temperature = 1.0};
+    specdec::AutoBatchLength policy = deep_auto_policy(k);
+    ScenarioCounts counts;
+    // Drafting steps cost 5 s more than their timings say: after warm-up the
+    // plans that draft are vetoed but for the exploring steps that probe them.
+    const std::function<ScriptedCosts()> misled = [&] {
+        return ScriptedCosts{.policy = &policy, .hidden_drafting_seconds = 5.0};
+    };
+    check_exact(draft_model_report<specdec::TokenwiseRejection>("batched, token-wise, auto vetoed", sampling, k, misled,
+                                                                counts),
+                k);
+    check_batched(counts);
+    std::size_t steps = 0;
+    for (const std::size_t n : counts.lengths) steps += n;
+    std::ostringstream lengths;
+    for (std::size_t n = 0; n < counts.lengths.size(); ++n) lengths << ' ' << n << ':' << counts.lengths[n];
+    INFO("measured request's draft lengths (length:steps):" << lengths.str());
+    REQUIRE(counts.lengths.size() == k + 1);
+    CHECK(counts.lengths[0] * 2 > steps);  // mostly plain steps: the check vetoed the plans
+    CHECK(counts.lengths[k] > 0);          // and the probes still drafted to the deepest position
 }
 
 // The measured request (the third run_with_mates submits) verifies with block
