@@ -174,7 +174,7 @@ elif [ -x "$tests_bin" ]; then
   run_sanitizer memcheck 120 memcheck '[cuda]~"an allocation larger than the device throws specdec::Error naming out-of-memory"'
   # racecheck/synccheck/initcheck: the kernels with shared-memory block
   # reductions (sampling transforms, acceptance) and the batched forward pass.
-  shared_memory_tests='device sampling transforms produce the host'"'"'s distributions,forward_and_verify returns the host verification'"'"'s verdict on the same logits,one batched forward pass equals token-by-token passes on the GPU,device token-wise rejection sampling emits tokens distributed exactly as p (chi-square)'
+  shared_memory_tests='device candidate stages produce the processed distribution of the sampler chain,device candidate stages follow the sampler chain on a hand-computed row,forward_and_verify returns the host verification'"'"'s verdict on the same logits,one batched forward pass equals token-by-token passes on the GPU,device token-wise rejection sampling emits tokens distributed exactly as p (chi-square)'
   run_sanitizer racecheck 150 racecheck "$shared_memory_tests"
   run_sanitizer synccheck 40 synccheck "$shared_memory_tests"
   run_sanitizer initcheck 90 initcheck "$shared_memory_tests"

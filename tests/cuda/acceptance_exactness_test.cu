@@ -5,8 +5,7 @@
 // emitted tokens with p at significance level 1e-4 per test. A deliberately
 // wrong rule (on rejection, draw from p instead of the residual) must fail the
 // same test: the negative control shows the test has the power to see a bias.
-//
-// Also: the device sampling transforms produce the host's distributions.
+// (The device sampling transforms are tested in candidate_stages_test.cu.)
 #include <cstdint>
 #include <vector>
 
@@ -161,50 +160,6 @@ TEST_CASE("negative control: a wrong correction rule on the device is detected b
     const Setup setup = distinct_p_and_q();
     const auto emitted = run_trials(setup, 200000, 2024, /*wrong_rule=*/true);
     CHECK(p_value_at(emitted, setup, 0) < kSignificance);
-}
-
-// Random logits have no ties, so the filtered sets are the host's and the
-// probabilities agree to float rounding.
-TEST_CASE("device sampling transforms produce the host's distributions", "[cuda][sampling]") {
-    SPECDEC_REQUIRE_CUDA_DEVICE();
-    constexpr std::size_t kRows = 4, kVocab = 3000;
-    std::vector<float> logits(kRows * kVocab);
-    for (std::size_t i = 0; i < logits.size(); ++i)
-        logits[i] = static_cast<float>(6.0 * specdec::counter_uniform(99, i, specdec::RandomPurpose::target_sample) - 3.0);
-    logits[5] = -INFINITY;  // a masked token
-    DeviceBuffer<float> device_logits(logits.size()), probabilities(logits.size());
-    DeviceBuffer<DeviceStatus> status(1);
-    SPECDEC_CUDA_CHECK(cudaMemcpy(device_logits.data(), logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice));
-    specdec::cuda::detail::SamplingWorkspace workspace;
-    const std::vector<specdec::SamplingOptions> options{
-        {.temperature = 1.0}, {.temperature = 0.5, .top_k = 10}, {.temperature = 1.0, .top_p = 0.5},
-        {.temperature = 2.0, .min_p = 0.3}, {.temperature = 0.9, .top_k = 300, .top_p = 0.7, .min_p = 0.01}};
-    for (std::size_t o = 0; o < options.size(); ++o) {
-        INFO("options " << o);
-        SPECDEC_CUDA_CHECK(cudaMemset(status.data(), 0, sizeof(DeviceStatus)));
-        workspace.logits_to_distributions(device_logits.data(), kVocab, kRows, kVocab, options[o], probabilities.data(),
-                                          status.data(), nullptr);
-        SPECDEC_CUDA_CHECK(cudaDeviceSynchronize());
-        std::vector<float> device(logits.size());
-        SPECDEC_CUDA_CHECK(cudaMemcpy(device.data(), probabilities.data(), device.size() * sizeof(float), cudaMemcpyDeviceToHost));
-        DeviceStatus host_status{};
-        SPECDEC_CUDA_CHECK(cudaMemcpy(&host_status, status.data(), sizeof host_status, cudaMemcpyDeviceToHost));
-        REQUIRE(host_status.error == 0);
-        std::vector<float> expected(kVocab);
-        for (std::size_t row = 0; row < kRows; ++row) {
-            specdec::logits_to_distribution({logits.data() + row * kVocab, kVocab}, options[o], expected);
-            std::size_t support_host = 0, support_device = 0;
-            float worst = 0.0f;
-            for (std::size_t x = 0; x < kVocab; ++x) {
-                support_host += expected[x] > 0.0f;
-                support_device += device[row * kVocab + x] > 0.0f;
-                worst = std::max(worst, std::fabs(expected[x] - device[row * kVocab + x]));
-            }
-            INFO("row " << row);
-            CHECK(support_device == support_host);
-            CHECK(worst <= 1e-6f);
-        }
-    }
 }
 
 TEST_CASE("device verification reports NaN logits as specdec::Error", "[cuda][errors]") {

@@ -60,7 +60,7 @@ TEST_CASE("a CPU draft model can drive a GPU target", "[cuda][decoding][greedy]"
 TEST_CASE("sampled speculative decoding on the GPU runs to the requested length with draft acceptance", "[cuda][decoding]") {
     SPECDEC_REQUIRE_CUDA_DEVICE();
     const std::vector<Token> prompt{1, 2, 3};
-    for (const specdec::SamplingOptions sampling :
+    for (const specdec::SamplingOptions& sampling :
          {specdec::SamplingOptions{.temperature = 1.0}, specdec::SamplingOptions{.temperature = 0.8, .top_k = 40, .top_p = 0.95}}) {
         CudaLlamaModel target = CudaLlamaModel::synthetic(kTiny, 3, 0, {.precision = Precision::f16});
         CudaLlamaModel draft = CudaLlamaModel::synthetic(kTiny, 3, kTiny.early_exit_layers, {.precision = Precision::f16});

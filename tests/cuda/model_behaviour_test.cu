@@ -91,7 +91,9 @@ TEST_CASE("forward_and_verify returns the host verification's verdict on the sam
     const std::vector<specdec::SamplingOptions> options{
         {.temperature = 0.0}, {.temperature = 1.0}, {.temperature = 0.7, .top_k = 20},
         {.temperature = 1.0, .top_p = 0.9}, {.temperature = 1.3, .min_p = 0.05},
-        {.temperature = 0.8, .top_k = 50, .top_p = 0.8, .min_p = 0.02}};
+        {.temperature = 0.8, .top_k = 50, .top_p = 0.8, .min_p = 0.02},
+        {.temperature = 1.3, .min_p = 0.05, .chain = specdec::kHuggingFaceChain},
+        {.temperature = 0.8, .top_k = 50, .top_p = 0.8, .min_p = 0.02, .chain = specdec::kHuggingFaceChain}};
     std::size_t cases = 0, disagreements = 0;
     specdec::detail::LazyDistributions rows;  // reused across cases, as the decoder reuses it
     for (std::size_t o = 0; o < options.size(); ++o) {

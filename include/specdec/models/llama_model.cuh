@@ -292,7 +292,9 @@ public:
     // forward(tokens), then on the device the verification of `draft` (the
     // last draft.size() tokens, at positions first_position..) against the last
     // k + 1 logits rows: returns what accept_rejection_sampling / accept_greedy
-    // would return on the host.
+    // would return on the host. The device runs the candidate stages only:
+    // options with penalties, logit_bias or a constraint throw specdec::Error
+    // naming the option, before the pass (the host path verifies those).
     AcceptanceResult forward_and_verify(std::span<const Token> tokens, const DraftProposal& draft,
                                         const SamplingOptions& sampling, const CounterRng& rng,
                                         std::uint64_t first_position, TokenwiseRejection /*rule*/ = {}) {
@@ -302,7 +304,9 @@ public:
                         std::to_string(draft.size()) + " drafts (" + std::to_string(rows) + " tokens), got " +
                         std::to_string(tokens.size()));
         }
-        validate(sampling);
+        // Before the pass: a refused option leaves the cache as it was.
+        validate(sampling, vocab_size());
+        detail::require_candidate_stages_only(sampling, "forward_and_verify");
         ::specdec::detail::check_rows(draft, rows, vocab_size());
         check_tokens(tokens);
         run(tokens, rows);

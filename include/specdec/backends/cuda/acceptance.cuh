@@ -154,10 +154,13 @@ public:
 
     // `logits`: at least draft.size() + 1 device rows, row i at logits + i * row_stride;
     // the last k + 1 of `rows` are used. Returns what detail::verify_on_host returns.
+    // The rows are taken as final logits: options with penalties, logit_bias
+    // or a constraint (SamplingOptions::adjusts_logits) throw, naming the option.
     AcceptanceResult verify(const float* logits, std::size_t rows, std::size_t row_stride, std::size_t vocab,
                             const DraftProposal& draft, const SamplingOptions& sampling, const CounterRng& rng,
                             std::uint64_t first_position, cudaStream_t stream) {
-        validate(sampling);
+        validate(sampling, vocab);
+        detail::require_candidate_stages_only(sampling, "device verification");
         const std::size_t k = draft.size();
         if (k > kMaxDraftTokens) {
             throw Error("cuda backend: device verification supports at most " + std::to_string(kMaxDraftTokens) +
