@@ -50,13 +50,13 @@ Chain make_chain(const json& options, int32_t vocab, std::size_t history_length)
     for (const json& entry : options.at("logit_bias"))
         biases.push_back({entry.at(0).get<int32_t>(), bias_value(entry.at(1))});
     if (!biases.empty())
-        llama_sampler_chain_add(chain.get(), llama_sampler_init_logit_bias(vocab, static_cast<int32_t>(biases.size()),
-                                                                           biases.data()));
+        llama_sampler_chain_add(
+            chain.get(), llama_sampler_init_logit_bias(vocab, static_cast<int32_t>(biases.size()), biases.data()));
     // The whole sequence (-1) is a window as long as the history; llama.cpp
     // itself reads a negative window as "disabled".
     const int64_t last_n = options.at("penalty_last_n").get<int64_t>();
-    const int32_t window = last_n < 0 ? static_cast<int32_t>(std::max<std::size_t>(history_length, 1))
-                                      : static_cast<int32_t>(last_n);
+    const int32_t window =
+        last_n < 0 ? static_cast<int32_t>(std::max<std::size_t>(history_length, 1)) : static_cast<int32_t>(last_n);
     llama_sampler_chain_add(chain.get(),
                             llama_sampler_init_penalties(vocab, window, options.at("repeat_penalty").get<float>(),
                                                          options.at("frequency_penalty").get<float>(),
@@ -82,14 +82,16 @@ Result run_case(const json& c) {
     for (const int32_t token : history) llama_sampler_accept(chain.get(), token);
 
     std::vector<llama_token_data> candidates(logits.size());
-    for (int32_t t = 0; t < vocab; ++t) candidates[static_cast<std::size_t>(t)] = {t, logits[static_cast<std::size_t>(t)], 0.0f};
+    for (int32_t t = 0; t < vocab; ++t)
+        candidates[static_cast<std::size_t>(t)] = {t, logits[static_cast<std::size_t>(t)], 0.0f};
     llama_token_data_array array{candidates.data(), candidates.size(), -1, false};
     llama_sampler_apply(chain.get(), &array);
     if (array.size == 0) throw std::runtime_error(c.at("name").get<std::string>() + ": no candidate left");
 
     float largest = -std::numeric_limits<float>::infinity();
     for (std::size_t i = 0; i < array.size; ++i) largest = std::max(largest, array.data[i].logit);
-    if (!std::isfinite(largest)) throw std::runtime_error(c.at("name").get<std::string>() + ": no finite candidate left");
+    if (!std::isfinite(largest))
+        throw std::runtime_error(c.at("name").get<std::string>() + ": no finite candidate left");
     Result result;
     result.probabilities.assign(logits.size(), 0.0);
     double total = 0.0;
@@ -102,9 +104,9 @@ Result run_case(const json& c) {
     std::unique_ptr<llama_sampler, ChainDeleter> dist(llama_sampler_init_dist(1234));
     llama_sampler_apply(dist.get(), &array);
     for (std::size_t i = 0; i < array.size; ++i)
-        result.dist_difference =
-            std::max(result.dist_difference,
-                     std::abs(double(array.data[i].p) - result.probabilities[static_cast<std::size_t>(array.data[i].id)]));
+        result.dist_difference = std::max(
+            result.dist_difference,
+            std::abs(double(array.data[i].p) - result.probabilities[static_cast<std::size_t>(array.data[i].id)]));
     return result;
 }
 
@@ -129,8 +131,9 @@ int main(int argc, char** argv) {
             entry["probabilities"] = result.probabilities;
             cases.push_back(std::move(entry));
         }
-        if (worst_dist > 1e-6) throw std::runtime_error("llama.cpp's dist sampler disagrees with the softmax by " +
-                                                        std::to_string(worst_dist));
+        if (worst_dist > 1e-6)
+            throw std::runtime_error("llama.cpp's dist sampler disagrees with the softmax by " +
+                                     std::to_string(worst_dist));
         json left_out = json::array();
         for (const json& entry : input.at("left_out"))
             if (entry.at(0).get<std::string>().rfind("llama_cpp/", 0) == 0) left_out.push_back(entry);
@@ -150,7 +153,8 @@ int main(int argc, char** argv) {
         head.erase(head.rfind('}'));
         while (!head.empty() && (head.back() == '\n' || head.back() == ' ')) head.pop_back();
         out << head << ",\n \"cases\": [\n";
-        for (std::size_t i = 0; i < cases.size(); ++i) out << "  " << cases[i].dump() << (i + 1 < cases.size() ? ",\n" : "\n");
+        for (std::size_t i = 0; i < cases.size(); ++i)
+            out << "  " << cases[i].dump() << (i + 1 < cases.size() ? ",\n" : "\n");
         out << " ]\n}\n";
         if (!out) throw std::runtime_error(std::string("cannot write ") + argv[2]);
         std::cerr << "llama_cpp_reference: " << cases.size() << " cases; llama.cpp's dist agrees within " << worst_dist
