@@ -300,6 +300,21 @@ TEST_CASE("batched decoding with a draft model is exact per request among batch 
     }
 }
 
+TEST_CASE("batched decoding with penalties and logit bias is exact per request among batch mates (lockstep drafts "
+          "carry each request's own history)",
+          "[exactness][decoder][batched][penalties]") {
+    constexpr std::size_t k = 4;
+    const SamplingOptions sampling{.temperature = 1.3, .top_k = 2, .repeat_penalty = 1.7, .frequency_penalty = 0.4,
+                                   .penalty_last_n = 4, .logit_bias = {{1, 0.6f}}};
+    ScenarioCounts counts;
+    const std::function<specdec::FixedBatchLength()> fixed = [] { return specdec::FixedBatchLength{}; };
+    const auto report = draft_model_report<specdec::TokenwiseRejection>("batched, token-wise, penalties and bias", sampling,
+                                                                        k, fixed, counts);
+    check_exact(report, k);
+    CHECK(report.accepted[k - 1] > 0);
+    check_batched(counts);
+}
+
 TEST_CASE("batched decoding with a draft model is exact per request among batch mates: AutoBatchLength drafting to the "
           "deepest position",
           "[exactness][decoder][batched][length-policy]") {

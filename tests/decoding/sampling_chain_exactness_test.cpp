@@ -214,14 +214,14 @@ TEST_CASE("prompt lookup drafts the constraint forbids are rejected, and the out
     const ExactnessSetup setup{.name = "constraint, prompt lookup",
                                .prompt = prompt,
                                .vocab = kVocab,
-                               .length = 4,
+                               .length = 5,
                                .draft_tokens = 3,
                                .samples = kSamples,
                                .target = reference_conditional(target, sampling, prompt.size(), allowed_after)};
     check_exact(run_exactness(setup,
                               [&](std::uint64_t seed) {
                                   specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(drafter),
-                                                                      {.draft_tokens = 3, .sampling = sampling, .seed = seed, .max_new_tokens = 4});
+                                                                      {.draft_tokens = 3, .sampling = sampling, .seed = seed, .max_new_tokens = 5});
                                   return sampled_run(decoder.generate(prompt));
                               }),
                 3);
