@@ -12,7 +12,8 @@
 //   core/           the model contract (CausalLM and its optional extensions),
 //                   tokens and logits views, drafts and verdicts, sampling
 //                   options, the counter-based RNG, specdec::Error
-//   sampling/       logits -> distributions (temperature, top-k/p, min-p) and
+//   sampling/       logits -> distributions (the sampler chain: constraint masks,
+//                   logit bias, penalties, top-k/p, min-p, temperature), logprobs and
 //                   the acceptance rules that keep the target's distribution exact
 //   decoding/       the decoders (session, one step at a time, generate() on top),
 //                   drafters, KV-cache bookkeeping, draft/target pair
@@ -52,5 +53,8 @@
 #include "specdec/decoding/verification.hpp"
 #include "specdec/decoding/verify_only.hpp"
 #include "specdec/sampling/acceptance.hpp"
+#include "specdec/sampling/logit_adjustments.hpp"
 #include "specdec/sampling/logits_processing.hpp"
+#include "specdec/sampling/token_constraint.hpp"
+#include "specdec/sampling/token_logprobs.hpp"
 #include "specdec/sampling/tree_acceptance.hpp"

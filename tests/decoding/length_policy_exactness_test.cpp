@@ -251,7 +251,7 @@ TEST_CASE("negative controls: a block rule with the token-wise residual and a po
         options.draft_tokens = 4;
         return std::make_unique<specdec::SpeculativeDecoder<ToyLM, ToyLM, specdec::TokenwiseRejection, PeeksAtAcceptanceUniform>>(
             specdec::target(target), specdec::draft(draft), options, specdec::TokenwiseRejection{},
-            PeeksAtAcceptanceUniform{.seed = options.seed});
+            PeeksAtAcceptanceUniform{.seed = options.seed.value()});
     });
     INFO("peeking policy: sequences p " << peeking.sequences.p_value << ", first token p " << peeking.first_token.p_value);
     CHECK(peeking.sequences.p_value < kControlSignificance);

@@ -143,20 +143,104 @@ TEST_CASE("a tiny temperature in the decoders gives the greedy output", "[sampli
     CHECK(specdec::SpeculativeDecoder(specdec::target(target), specdec::draft(draft), tiny).generate(prompt).tokens == greedy);
 }
 
-TEST_CASE("top-k ties go to the lowest ids, and top-p measures the mass before renormalising after top-k", "[sampling]") {
+TEST_CASE("top-k ties go to the lowest ids, and top-p measures the mass renormalised after top-k", "[sampling]") {
     // Ranking ties: equal logits are ranked by increasing id.
     const auto tied = distribution({1.0f, 2.0f, 2.0f, 2.0f}, {.top_k = 2});
     CHECK(tied[0] == 0.0f);
     CHECK(tied[1] == Approx(0.5));
     CHECK(tied[2] == Approx(0.5));
     CHECK(tied[3] == 0.0f);
-    // p = {0.4, 0.3, 0.3}, top_k = 2, top_p = 0.55: the first token's mass 0.4 is
-    // below 0.55, so the second is kept too (renormalising after top-k first would
-    // give 0.4 / 0.7 = 0.57 >= 0.55 and keep one token).
+    // p = {0.4, 0.3, 0.3}, top_k = 2, top_p = 0.55: renormalised over the two
+    // candidates the first holds 0.4 / 0.7 = 0.57 >= 0.55, so it alone is kept
+    // (measuring the mass before renormalising, 0.4 < 0.55, would keep two).
     const auto p = distribution(logits_of({0.4, 0.3, 0.3}), {.top_k = 2, .top_p = 0.55});
-    CHECK(p[0] == Approx(0.4 / 0.7).epsilon(1e-5));
-    CHECK(p[1] == Approx(0.3 / 0.7).epsilon(1e-5));
+    CHECK(p[0] == 1.0f);
+    CHECK(p[1] == 0.0f);
     CHECK(p[2] == 0.0f);
+    // top_p = 0.6 > 0.57: both candidates stay.
+    const auto both = distribution(logits_of({0.4, 0.3, 0.3}), {.top_k = 2, .top_p = 0.6});
+    CHECK(both[0] == Approx(0.4 / 0.7).epsilon(1e-5));
+    CHECK(both[1] == Approx(0.3 / 0.7).epsilon(1e-5));
+}
+
+TEST_CASE("the chain order decides at which temperature the filters measure mass", "[sampling]") {
+    // logits {0, -1}: at T = 1 the first holds 0.73; at T = 0.5, 0.88.
+    // top_p = 0.8: llama.cpp's order (filters before the temperature) keeps
+    // both and then sharpens; Hugging Face's (temperature first) keeps one.
+    const std::vector<float> logits{0.0f, -1.0f};
+    const auto llama = distribution(logits, {.temperature = 0.5, .top_p = 0.8, .chain = specdec::kLlamaCppChain});
+    CHECK(llama[0] == Approx(1.0 / (1.0 + std::exp(-2.0))).epsilon(1e-5));
+    const auto hf = distribution(logits, {.temperature = 0.5, .top_p = 0.8, .chain = specdec::kHuggingFaceChain});
+    CHECK(hf[0] == 1.0f);
+    CHECK(hf[1] == 0.0f);
+}
+
+TEST_CASE("penalties and logit bias follow the history: the library equals the independent reference", "[sampling][exactness]") {
+    // Random rows of 40 tokens, random histories of 0 .. 80 tokens over the
+    // first 12 ids (so repeats inside and outside the window), every stage
+    // order the two presets give, biases including a ban.
+    const std::size_t vocab = 40;
+    const std::vector<SamplingOptions> options{
+        {.repeat_penalty = 1.3},
+        {.temperature = 0.8, .repeat_penalty = 0.7, .penalty_last_n = 5},
+        {.temperature = 1.2, .top_k = 8, .top_p = 0.9, .presence_penalty = 0.5, .frequency_penalty = 0.25},
+        {.temperature = 0.0, .repeat_penalty = 1.5, .frequency_penalty = 1.0, .penalty_last_n = specdec::kWholeSequence},
+        {.temperature = 0.9, .min_p = 0.1, .chain = specdec::kHuggingFaceChain, .repeat_penalty = 1.2,
+         .presence_penalty = -0.3, .logit_bias = {{3, 2.0f}, {7, -std::numeric_limits<float>::infinity()}, {3, -0.5f}}},
+        {.top_p = 0.7, .logit_bias = {{0, 1.5f}, {39, 3.0f}}},
+    };
+    for (std::uint64_t row_seed = 0; row_seed < 30; ++row_seed) {
+        std::vector<float> logits(vocab);
+        for (std::size_t v = 0; v < vocab; ++v)
+            logits[v] = static_cast<float>(6.0 * specdec::counter_uniform(row_seed, v, specdec::RandomPurpose::draft_sample) - 3.0);
+        std::vector<specdec::Token> history(static_cast<std::size_t>(
+            80.0 * specdec::counter_uniform(row_seed, 0, specdec::RandomPurpose::accept_test)));
+        for (std::size_t i = 0; i < history.size(); ++i)
+            history[i] = static_cast<specdec::Token>(12.0 * specdec::counter_uniform(row_seed, i, specdec::RandomPurpose::target_sample));
+        // Split the history between committed tokens and drafts: the row must not care.
+        const std::size_t split = history.size() / 2;
+        const specdec::RowHistory row_history{std::span<const specdec::Token>(history).first(split),
+                                              std::span<const specdec::Token>(history).subspan(split)};
+        for (const SamplingOptions& o : options) {
+            std::vector<float> library(vocab);
+            specdec::processed_distribution(logits, o, row_history, library);
+            const auto reference = specdec::test::reference_distribution(logits, o, history);
+            INFO("row " << row_seed << " history " << history.size() << " T " << o.temperature << " repeat "
+                        << o.repeat_penalty << " presence " << o.presence_penalty << " frequency " << o.frequency_penalty);
+            for (std::size_t v = 0; v < vocab; ++v) {
+                INFO("token " << v << ": library " << library[v] << ", reference " << reference[v]);
+                REQUIRE((library[v] == 0.0f) == (reference[v] == 0.0));
+                REQUIRE(std::abs(library[v] - reference[v]) <= 2e-6);
+            }
+        }
+    }
+}
+
+TEST_CASE("bad penalty, bias and chain settings are refused by name", "[sampling][errors]") {
+    using Catch::Contains;
+    CHECK_THROWS_WITH(specdec::validate(SamplingOptions{.repeat_penalty = 0.0}), Contains("repeat_penalty = 0"));
+    CHECK_THROWS_WITH(specdec::validate(SamplingOptions{.repeat_penalty = -1.1}), Contains("repeat_penalty = -1.1"));
+    CHECK_THROWS_WITH(specdec::validate(SamplingOptions{.presence_penalty = std::nan("")}), Contains("presence_penalty"));
+    CHECK_THROWS_WITH(specdec::validate(SamplingOptions{.frequency_penalty = std::numeric_limits<double>::infinity()}),
+                      Contains("frequency_penalty"));
+    CHECK_THROWS_WITH(specdec::validate(SamplingOptions{.logit_bias = {{-2, 1.0f}}}), Contains("logit_bias[0]: token id -2"));
+    CHECK_THROWS_WITH(specdec::validate(SamplingOptions{.logit_bias = {{1, 0.0f}, {2, std::nanf("")}}}),
+                      Contains("logit_bias[1]"));
+    CHECK_THROWS_WITH(specdec::validate(SamplingOptions{.logit_bias = {{5, 1.0f}, {50, 1.0f}}}, 50),
+                      Contains("logit_bias[1]: token id 50 is outside the vocabulary [0, 50)"));
+    using specdec::SamplerStage;
+    CHECK_THROWS_WITH(specdec::validate(SamplingOptions{.chain = {SamplerStage::top_k, SamplerStage::top_k, SamplerStage::penalties,
+                                                                  SamplerStage::logit_bias, SamplerStage::min_p, SamplerStage::temperature}}),
+                      Contains("top_k appears twice"));
+    CHECK_THROWS_WITH(specdec::validate(SamplingOptions{.chain = {SamplerStage::top_k, SamplerStage::top_p, SamplerStage::penalties,
+                                                                  SamplerStage::logit_bias, SamplerStage::min_p, SamplerStage::temperature}}),
+                      Contains("penalties comes after a candidate stage"));
+    // A ban of every token leaves nothing to sample: the row's error says so.
+    std::vector<specdec::LogitBias> ban_all;
+    for (specdec::Token t = 0; t < 3; ++t) ban_all.push_back({t, -std::numeric_limits<float>::infinity()});
+    std::vector<float> out(3);
+    CHECK_THROWS_WITH(specdec::processed_distribution(std::vector<float>{0.f, 1.f, 2.f}, {.logit_bias = ban_all}, {}, out),
+                      Contains("-inf for every one of the 3 tokens"));
 }
 
 TEST_CASE("the library's processed distribution equals the independent reference on random rows", "[sampling][exactness]") {
@@ -179,6 +263,11 @@ TEST_CASE("the library's processed distribution equals the independent reference
         {.temperature = 1.5, .top_k = 10, .min_p = 0.1},
         {.temperature = 0.9, .top_p = 0.6, .min_p = 0.3},
         {.temperature = 1.2, .top_k = 20, .top_p = 0.95, .min_p = 0.02},
+        {.temperature = 0.7, .top_k = 3, .top_p = 0.8, .chain = specdec::kHuggingFaceChain},
+        {.temperature = 1.3, .top_p = 0.7, .min_p = 0.2, .chain = specdec::kHuggingFaceChain},
+        {.temperature = 0.8, .top_k = 4, .min_p = 0.1,
+         .chain = {specdec::SamplerStage::penalties, specdec::SamplerStage::logit_bias, specdec::SamplerStage::min_p,
+                   specdec::SamplerStage::temperature, specdec::SamplerStage::top_p, specdec::SamplerStage::top_k}},
     };
     for (const std::size_t vocab : {2, 5, 50}) {
         for (std::uint64_t row_seed = 0; row_seed < 40; ++row_seed) {

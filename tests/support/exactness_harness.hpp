@@ -58,65 +58,88 @@
 namespace specdec::test {
 
 // ---------------------------------------------------------------------------
-// Independent reference of the processed distribution (double precision).
-// Meanings, from SamplingOptions' documentation:
+// Independent reference of the processed distribution (double precision),
+// written from SamplingOptions' documented meaning, stage by stage:
+//   allowed (the constraint's mask at this history, if any): others -> -inf.
+//   In chain order, the logit stages: logit_bias adds; penalties count each
+//     token of the last penalty_last_n history tokens (c > 0): l / r if
+//     l > 0 else l * r, then - c * frequency - presence.
 //   temperature 0: a point mass on the argmax, ties to the lowest id.
-//   temperature T > 0: softmax(logits / T); as T -> 0 this tends to the
-//     uniform distribution over the tied maxima (computed here without
-//     overflow: (l - max) / T in double).
-//   Rank: decreasing probability (= decreasing logit), ties by increasing id.
-//   top_k (0 = off, >= vocab = off): only tokens of rank < top_k are candidates.
-//   top_p (1 = off): a candidate is kept iff the softmax mass of the
-//     candidates ranked before it is below top_p (the smallest prefix of the
-//     ranking whose mass reaches top_p). The mass is that of the softmax, not
-//     renormalised after top-k.
-//   min_p (0 = off): a candidate is kept iff its probability is
-//     >= min_p * (the largest probability).
-//   The kept tokens are renormalised.
-inline std::vector<double> reference_distribution(std::span<const float> logits, const SamplingOptions& options) {
-    const std::size_t vocab = logits.size();
-    std::vector<double> p(vocab, 0.0);
-    // rank[i]: how many tokens come before i.
+//   Rank: decreasing logit, ties by increasing id.
+//   In chain order, the candidate stages over the kept tokens, with masses
+//   softmax(l * s) where s = 1 before the temperature stage and 1 / T after:
+//   top_k keeps rank < top_k; top_p keeps a candidate iff the (renormalised)
+//   mass of the kept candidates ranked before it is below top_p; min_p keeps
+//   those with mass >= min_p * the largest; temperature sets s = 1 / T.
+//   p = softmax(l / T) over the kept tokens.
+inline std::vector<double> reference_distribution(std::span<const float> row, const SamplingOptions& options,
+                                                  std::span<const Token> history = {},
+                                                  const std::vector<bool>* allowed = nullptr) {
+    const std::size_t vocab = row.size();
+    const double minus_infinity = -std::numeric_limits<double>::infinity();
+    std::vector<double> l(row.begin(), row.end());
+    if (allowed != nullptr)
+        for (std::size_t x = 0; x < vocab; ++x)
+            if (!(*allowed)[x]) l[x] = minus_infinity;
+    for (const SamplerStage stage : options.chain) {
+        if (stage == SamplerStage::logit_bias) {
+            for (const LogitBias& entry : options.logit_bias) l[static_cast<std::size_t>(entry.token)] += entry.bias;
+        } else if (stage == SamplerStage::penalties) {
+            const std::size_t window = std::min(options.penalty_last_n, history.size());
+            std::vector<std::size_t> count(vocab, 0);
+            for (std::size_t i = history.size() - window; i < history.size(); ++i)
+                ++count[static_cast<std::size_t>(history[i])];
+            for (std::size_t x = 0; x < vocab; ++x) {
+                if (count[x] == 0) continue;
+                l[x] = l[x] > 0.0 ? l[x] / options.repeat_penalty : l[x] * options.repeat_penalty;
+                l[x] -= static_cast<double>(count[x]) * options.frequency_penalty + options.presence_penalty;
+            }
+        }
+    }
     std::vector<std::size_t> rank(vocab, 0);
     for (std::size_t i = 0; i < vocab; ++i)
         for (std::size_t j = 0; j < vocab; ++j)
-            if (logits[j] > logits[i] || (logits[j] == logits[i] && j < i)) ++rank[i];
+            if (l[j] > l[i] || (l[j] == l[i] && j < i)) ++rank[i];
     std::size_t best = 0;
     for (std::size_t i = 0; i < vocab; ++i)
         if (rank[i] == 0) best = i;
+    std::vector<double> p(vocab, 0.0);
     if (options.temperature == 0.0) {
         p[best] = 1.0;
         return p;
     }
-    const double max_logit = logits[best];
-    double total = 0.0;
-    for (std::size_t i = 0; i < vocab; ++i) {
-        p[i] = std::exp((static_cast<double>(logits[i]) - max_logit) / options.temperature);
-        total += p[i];
-    }
-    for (double& x : p) x /= total;
-
+    const double max_logit = l[best];
+    bool tempered = false;
+    auto mass = [&](std::size_t x) {
+        if (l[x] == minus_infinity) return 0.0;
+        return std::exp(tempered ? (l[x] - max_logit) / options.temperature : l[x] - max_logit);
+    };
     std::vector<bool> keep(vocab, true);
-    if (options.top_k > 0 && options.top_k < vocab)
-        for (std::size_t i = 0; i < vocab; ++i) keep[i] = rank[i] < options.top_k;
-    if (options.top_p < 1.0) {
-        std::vector<bool> kept_by_p(vocab, false);
-        for (std::size_t i = 0; i < vocab; ++i) {
-            if (!keep[i]) continue;
-            double mass_before = 0.0;
-            for (std::size_t j = 0; j < vocab; ++j)
-                if (keep[j] && rank[j] < rank[i]) mass_before += p[j];
-            kept_by_p[i] = mass_before < options.top_p;
+    for (const SamplerStage stage : options.chain) {
+        if (stage == SamplerStage::top_k && options.top_k > 0 && options.top_k < vocab) {
+            for (std::size_t i = 0; i < vocab; ++i) keep[i] = keep[i] && rank[i] < options.top_k;
+        } else if (stage == SamplerStage::top_p && options.top_p < 1.0) {
+            double total = 0.0;
+            for (std::size_t j = 0; j < vocab; ++j) total += keep[j] ? mass(j) : 0.0;
+            std::vector<bool> kept_by_p(vocab, false);
+            for (std::size_t i = 0; i < vocab; ++i) {
+                if (!keep[i]) continue;
+                double before = 0.0;
+                for (std::size_t j = 0; j < vocab; ++j)
+                    if (keep[j] && rank[j] < rank[i]) before += mass(j);
+                kept_by_p[i] = before / total < options.top_p;
+            }
+            keep = kept_by_p;
+        } else if (stage == SamplerStage::min_p && options.min_p > 0.0) {
+            for (std::size_t i = 0; i < vocab; ++i) keep[i] = keep[i] && mass(i) >= options.min_p * mass(best);
+        } else if (stage == SamplerStage::temperature) {
+            tempered = true;
         }
-        keep = kept_by_p;
     }
-    if (options.min_p > 0.0) {
-        const double threshold = options.min_p * p[best];
-        for (std::size_t i = 0; i < vocab; ++i) keep[i] = keep[i] && p[i] >= threshold;
-    }
+    tempered = true;
     double kept_mass = 0.0;
-    for (std::size_t i = 0; i < vocab; ++i) kept_mass += keep[i] ? p[i] : 0.0;
-    for (std::size_t i = 0; i < vocab; ++i) p[i] = keep[i] ? p[i] / kept_mass : 0.0;
+    for (std::size_t i = 0; i < vocab; ++i) kept_mass += keep[i] ? mass(i) : 0.0;
+    for (std::size_t i = 0; i < vocab; ++i) p[i] = keep[i] ? mass(i) / kept_mass : 0.0;
     return p;
 }
 
@@ -124,11 +147,29 @@ inline std::vector<double> reference_distribution(std::span<const float> logits,
 // model's raw logits row after the prefix (e.g. ToyLM::logits_after).
 using Conditional = std::function<std::vector<double>(std::span<const Token> prefix)>;
 
+// The history the logit stages read is the whole prefix (prompt included).
 template <class Model>
 Conditional reference_conditional(const Model& model, SamplingOptions sampling) {
+    sampling.constraint = nullptr;
     return [&model, sampling](std::span<const Token> prefix) {
         const std::vector<float> logits = model.logits_after(prefix);
-        return reference_distribution(logits, sampling);
+        return reference_distribution(logits, sampling, prefix);
+    };
+}
+
+// The same under a constraint: `allowed(generated)` is the set of tokens the
+// constraint allows after the generated tokens (the prefix past the first
+// `prompt_tokens`), computed independently of the decoder's constraint object.
+using AllowedAfter = std::function<std::vector<bool>(std::span<const Token> generated)>;
+
+template <class Model>
+Conditional reference_conditional(const Model& model, SamplingOptions sampling, std::size_t prompt_tokens,
+                                  AllowedAfter allowed) {
+    sampling.constraint = nullptr;
+    return [&model, sampling, prompt_tokens, allowed](std::span<const Token> prefix) {
+        const std::vector<float> logits = model.logits_after(prefix);
+        const std::vector<bool> mask = allowed(prefix.subspan(prompt_tokens));
+        return reference_distribution(logits, sampling, prefix, &mask);
     };
 }
 

@@ -34,11 +34,14 @@ public:
         GenerationStats& stats = step.stats();
         this->feed_pass(step, {});
         const LogitsView logits = detail::timed(stats.target_seconds, [&] { return target_.forward(feed_); });
-        const CounterRng rng{options_.seed};
+        const CounterRng rng{this->seed()};
+        LogitsView rows;
         const Token token = detail::timed(stats.acceptance_seconds, [&] {
-            return detail::sample_next_on_host(logits.last_row(), options_.sampling, rng, sequence_.size(), scratch_);
+            rows = this->target_rows(logits, {});
+            return detail::sample_next_on_host(rows.last_row(), options_.sampling, rng, sequence_.size(), scratch_);
         });
         this->emit(step, std::span<const Token>{}, token, on_token);
+        this->record_logprobs(step, logits, rows, 0);
         return this->finish_step(step);
     }
 

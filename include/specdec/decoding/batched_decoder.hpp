@@ -152,6 +152,7 @@ public:
         started = Clock::now();
         this->options_ = std::move(options);
         result.stats = this->prefill(prompt);
+        result.seed = this->seed();
     }
 
     [[nodiscard]] std::size_t remaining() const { return this->options_.max_new_tokens - result.tokens.size(); }
@@ -164,7 +165,7 @@ public:
         return std::min({this->options_.draft_tokens, step.room, remaining() - 1});
     }
 
-    [[nodiscard]] CounterRng rng() const { return CounterRng{this->options_.seed}; }
+    [[nodiscard]] CounterRng rng() const { return CounterRng{this->seed()}; }
     [[nodiscard]] const SamplingOptions& sampling() const { return this->options_.sampling; }
     auto& drafter() { return this->drafter_; }
 
@@ -208,18 +209,23 @@ public:
         const SamplingOptions& sampling = this->options_.sampling;
         const std::size_t k = draft.size();
         AcceptanceResult verdict;
+        LogitsView processed;
         if (k == 0) {
             verdict.next_token = timed(stats.acceptance_seconds, [&] {
-                return sample_next_on_host(rows.last_row(), sampling, random, step.committed, scratch);
+                processed = this->target_rows(rows, {});
+                return sample_next_on_host(processed.last_row(), sampling, random, step.committed, scratch);
             });
         } else {
-            verdict = timed(stats.acceptance_seconds,
-                            [&] { return verify_on_host(rows, draft, sampling, random, step.committed, lazy, rule); });
+            verdict = timed(stats.acceptance_seconds, [&] {
+                processed = this->target_rows(rows, draft.tokens);
+                return verify_on_host(processed, draft, sampling, random, step.committed, lazy, rule);
+            });
             if (verdict.accepted > k) throw Error("acceptance rule accepted more drafts than were proposed");
         }
         this->target_.truncate(step.committed + verdict.accepted);
         auto on_token = [this](Token token) { return stream ? stream(token) : true; };
         this->emit(step, std::span<const Token>(draft.tokens).first(verdict.accepted), verdict.next_token, on_token);
+        this->record_logprobs(step, rows, processed, k);
         this->count_chain_tests(step, k, verdict.accepted);
         const StepResult closed = this->finish_step(step);
         done = add_step(result, closed, this->options_.max_new_tokens);
@@ -290,6 +296,7 @@ public:
     // per request, so that token-wise and block requests share a batch).
     RequestId submit(std::span<const Token> prompt, DecodingOptions options, TokenStream on_token, Rule rule) {
         validate(options, /*speculative=*/kDrafts);
+        validate(options.sampling, target_->vocab_size());
         detail::check_prompt(prompt, target_->vocab_size(), target_->context_length());
         const RequestId id = next_id_++;
         waiting_.push_back(Waiting{id, std::vector<Token>(prompt.begin(), prompt.end()), std::move(options),

@@ -2,8 +2,11 @@
 // The options every decoder takes, and their validation. What a generation
 // returns is in generation_result.hpp; how a step emits and times its tokens
 // is in step_record.hpp.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <random>
 #include <vector>
 
 #include "specdec/core/error.hpp"
@@ -12,13 +15,46 @@
 
 namespace specdec {
 
+// Which distribution a token's logprob is read from.
+enum class LogprobSource : unsigned char {
+    processed,  // the distribution the token was drawn from: after the whole chain (greedy: the point mass)
+    raw,        // log-softmax of the model's logits, nothing applied
+};
+
+// Logprobs of each emitted token, and of the top_n most probable tokens of
+// its row, reported with the tokens (GenerationResult::logprobs). Under
+// speculation they are read from the target's verification rows, which are
+// the rows autoregressive decoding would have sampled from.
+struct LogprobOptions {
+    bool enabled = false;
+    std::size_t top_n = 0;
+    LogprobSource source = LogprobSource::processed;
+};
+
 struct DecodingOptions {
     std::size_t draft_tokens = 4;      // k: tokens proposed per target pass (the most, with a length policy)
     SamplingOptions sampling{};        // applied identically to draft and target
-    std::uint64_t seed = 0;            // all randomness derives from it
+    // All randomness derives from it: a request's tokens depend only on its
+    // seed, prompt and options. Unset: a fresh seed per generation (reported
+    // in GenerationResult::seed), so unseeded requests never share a stream.
+    std::optional<std::uint64_t> seed{};
     std::size_t max_new_tokens = 128;  // generation stops after this many tokens
     std::vector<Token> stop_tokens{};  // generation stops after emitting one of these (it is included)
+    LogprobOptions logprobs{};
 };
+
+// A seed for a generation that was given none: from the system's entropy
+// source, mixed with a process-wide counter so that two generations started
+// together still differ.
+[[nodiscard]] inline std::uint64_t fresh_seed() {
+    static std::atomic<std::uint64_t> counter{0};
+    thread_local std::random_device entropy;
+    std::uint64_t z = (static_cast<std::uint64_t>(entropy()) << 32 ^ entropy()) +
+                      0x9E3779B97F4A7C15ull * (counter.fetch_add(1, std::memory_order_relaxed) + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
 
 inline void validate(const DecodingOptions& options, bool speculative) {
     validate(options.sampling);

@@ -6,6 +6,7 @@
 // while the options are the few knobs a user sets.
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -135,10 +136,27 @@ private:
     }
 };
 
+// One alternative of a token's row and its logprob.
+struct TopLogprob {
+    Token token = 0;
+    float logprob = 0.0f;
+};
+
+// An emitted token's logprob (DecodingOptions::logprobs), and its row's
+// top_n tokens, most probable first (ties to the lowest id). -infinity for a
+// token its row cannot produce.
+struct TokenLogprob {
+    Token token = 0;
+    float logprob = 0.0f;
+    std::vector<TopLogprob> top{};
+};
+
 struct GenerationResult {
     std::vector<Token> tokens;  // the generated tokens (prompt excluded)
     GenerationStats stats;
     StopReason stop_reason = StopReason::max_new_tokens;
+    std::vector<TokenLogprob> logprobs{};  // one per token when DecodingOptions::logprobs.enabled
+    std::uint64_t seed = 0;                // the seed the generation used (given or fresh)
 };
 
 // What one decoding step emitted.
@@ -146,6 +164,7 @@ struct StepResult {
     std::vector<Token> tokens;       // emitted tokens, in order (1 .. draft_tokens + 1 of them)
     std::optional<StopReason> stop;  // set when the step ended generation (stop token, callback, context full)
     GenerationStats stats;           // this step alone (generated_tokens == tokens.size())
+    std::vector<TokenLogprob> logprobs{};  // one per token when DecodingOptions::logprobs.enabled
 };
 
 // Adds a step to a generation of at most max_new_tokens tokens: its tokens and
@@ -155,6 +174,7 @@ struct StepResult {
 // turn (specdec-bench) does the same, so its results equal generate()'s.
 inline bool add_step(GenerationResult& result, const StepResult& step, std::size_t max_new_tokens) {
     result.tokens.insert(result.tokens.end(), step.tokens.begin(), step.tokens.end());
+    result.logprobs.insert(result.logprobs.end(), step.logprobs.begin(), step.logprobs.end());
     result.stats += step.stats;
     if (step.stop) {
         result.stop_reason = *step.stop;

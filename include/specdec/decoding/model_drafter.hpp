@@ -11,6 +11,7 @@
 #include "specdec/core/error.hpp"
 #include "specdec/decoding/draft_model_cache.hpp"
 #include "specdec/decoding/drafter.hpp"
+#include "specdec/sampling/logit_adjustments.hpp"
 #include "specdec/sampling/logits_processing.hpp"
 
 namespace specdec {
@@ -27,6 +28,15 @@ namespace detail {
 inline bool draft_from_row(std::span<const float> row, const DraftRequest& request, std::size_t i,
                            DraftProposal& proposal) {
     const std::size_t vocab = proposal.vocab;
+    thread_local std::vector<float> adjusted;
+    if (request.sampling.adjusts_logits()) {
+        // q_i carries the logit stages with the history the target's row i
+        // will have: the committed tokens and drafts 0 .. i - 1.
+        adjusted.resize(row.size());
+        adjust_logits(row, request.sampling, RowHistory{request.history, std::span<const Token>(proposal.tokens).first(i)},
+                      adjusted);
+        row = adjusted;
+    }
     const std::uint64_t step_key = request.history.size();
     Token token;
     if (!request.sampling.greedy()) {

@@ -39,6 +39,8 @@
 #include "specdec/decoding/kv_sync.hpp"
 #include "specdec/decoding/roles.hpp"
 #include "specdec/decoding/step_record.hpp"
+#include "specdec/sampling/logit_adjustments.hpp"
+#include "specdec/sampling/token_logprobs.hpp"
 
 namespace specdec::detail {
 
@@ -144,6 +146,8 @@ public:
         const auto start = Clock::now();
         check_prompt(prompt, target_.model().vocab_size(), target_.model().context_length());
         sequence_.assign(prompt.begin(), prompt.end());
+        seed_ = options_.seed ? *options_.seed : fresh_seed();
+        if (options_.sampling.constraint != nullptr) options_.sampling.constraint->reset();
         GenerationStats stats;
         stats.prompt_tokens = prompt.size();
         const std::span<const Token> uncached = target_.uncached_suffix(sequence_);
@@ -174,12 +178,17 @@ public:
         const auto start = Clock::now();
         GenerationResult result;
         result.stats = prefill(prompt);
+        result.seed = seed_;
         const std::size_t most = options_.max_new_tokens;
         while (!add_step(result, self().step(most - result.tokens.size(), on_token), most)) {
         }
         result.stats.total_seconds = seconds_since(start);
         return result;
     }
+
+    // The seed of the current generation: options().seed, or the fresh one
+    // prefill() drew when it was unset.
+    [[nodiscard]] std::uint64_t seed() const { return seed_; }
 
     // Empties the KV caches and the committed sequence.
     void reset() {
@@ -194,6 +203,7 @@ protected:
         requires(!kDrafts)
         : options_(std::move(options)), target_(target, "target") {
         validate(options_, /*speculative=*/false);
+        validate(options_.sampling, target.vocab_size());
     }
 
     // Throws specdec::Error for invalid options or when a draft model's
@@ -203,6 +213,7 @@ protected:
     DecoderSession(TargetRole<Target> target, DraftRole<Draft> draft, DecodingOptions options)
         : options_(std::move(options)), drafter_(DraftSource::make(draft.source)), target_(target.model, "target") {
         validate(options_, /*speculative=*/true);
+        validate(options_.sampling, target.model.vocab_size());
         check_shared_vocabulary(draft.source, target.model);
     }
 
@@ -258,10 +269,34 @@ protected:
         GenerationStats& stats = step.stats();
         const std::size_t emitted = emit_tokens(std::span<const Token>(step_tokens_), options_.stop_tokens, on_token,
                                                 sequence_, step.result.tokens, step.result.stop);
+        advance_constraint(std::span<const Token>(step_tokens_).first(emitted));
         stats.draft_tokens_accepted = std::min(emitted, drafts);
         for (std::size_t i = 0; i < stats.draft_tokens_accepted; ++i) ++stats.accepted_at_position[i];
         stats.generated_tokens = emitted;
         return emitted;
+    }
+
+    // The pass's last drafts.size() + 1 rows ready for the rule: through the
+    // logit stages, row i with the history sequence() + drafts[0 .. i). Without
+    // logit stages, `logits` itself.
+    LogitsView target_rows(const LogitsView& logits, std::span<const Token> drafts) {
+        const std::size_t count = drafts.size() + 1;
+        return adjusted_rows_.adjust(logits, logits.rows - count, count, options_.sampling, sequence_, drafts);
+    }
+
+    // After emit(): the logprobs of the step's emitted tokens (if asked for),
+    // token j read from row j of the last `drafted + 1` rows of `raw` (the
+    // pass's) and `rows` (target_rows of it). Call before anything else
+    // changes sequence().
+    void record_logprobs(StepRecord& step, const LogitsView& raw, const LogitsView& rows, std::size_t drafted) {
+        if (!options_.logprobs.enabled) return;
+        const std::vector<Token>& tokens = step.result.tokens;
+        const std::size_t raw_first = raw.rows - (drafted + 1), first = rows.rows - (drafted + 1);
+        for (std::size_t j = 0; j < tokens.size(); ++j) {
+            step.result.logprobs.push_back(token_logprob(raw.row(raw_first + j), rows.row(first + j),
+                                                         options_.sampling, options_.logprobs, tokens[j],
+                                                         logprob_scratch_));
+        }
     }
 
     // Per-position counters of a chain of k drafts, sized to the longest
@@ -308,11 +343,27 @@ protected:
     typename DraftSource::type drafter_;
     KvSync<Target> target_;
     std::vector<Token> feed_;  // the current pass's input (feed_pass)
+    std::uint64_t seed_ = 0;   // this generation's (seed())
 
 private:
     Decoder& self() { return static_cast<Decoder&>(*this); }
 
+    // The constraint follows the committed sequence: emitted tokens only.
+    void advance_constraint(std::span<const Token> emitted) {
+        TokenConstraint* constraint = options_.sampling.constraint;
+        if (constraint == nullptr) return;
+        for (const Token token : emitted) {
+            if (!constraint->advance(token)) {
+                throw Error("constraint " + constraint->name() + " refused emitted token " + std::to_string(token) +
+                            ": the constraint's state no longer follows the sequence (was it shared with another "
+                            "generation?)");
+            }
+        }
+    }
+
     std::vector<Token> step_tokens_;  // the current step's accepted drafts and next token
+    AdjustedRows adjusted_rows_;
+    std::vector<float> logprob_scratch_;
 };
 
 }  // namespace specdec::detail

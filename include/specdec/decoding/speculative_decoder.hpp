@@ -66,7 +66,7 @@ public:
     StepResult step(std::size_t max_tokens = Session::kUnlimited, OnToken&& on_token = {}) {
         detail::StepRecord step = this->begin_step(max_tokens);
         if (step.stopped()) return std::move(step.result);
-        const CounterRng rng{options_.seed};
+        const CounterRng rng{this->seed()};
         // The target's cache will hold committed + k positions after the pass, and
         // a step emits at most k + 1 tokens: draft no more than either allows.
         const std::size_t cap = std::min({options_.draft_tokens, step.room, max_tokens - 1});
@@ -90,6 +90,7 @@ public:
         // pending (it is fed at the start of the next pass).
         target_.truncate(step.committed + verdict.accepted);
         this->emit(step, std::span<const Token>(draft.tokens).first(verdict.accepted), verdict.next_token, on_token);
+        if (host_rows_.data != nullptr) this->record_logprobs(step, pass_rows_, host_rows_, k);
         this->count_chain_tests(step, k, verdict.accepted);
         return this->finish_step(step, policy_, StepOutcome{.proposed = k, .accepted = verdict.accepted});
     }
@@ -110,26 +111,32 @@ private:
     }
 
     // The pass over feed_ and the rule: on the target's device when it
-    // verifies there (no logits copied back), else on the host.
+    // verifies there (no logits copied back), else on the host. Steps that
+    // need the rows on the host (logit stages, logprobs) verify there.
     AcceptanceResult verify(detail::StepRecord& step, const DraftProposal& draft, const CounterRng& rng) {
         GenerationStats& stats = step.stats();
         const SamplingOptions& sampling = options_.sampling;
+        host_rows_ = LogitsView{};
         if constexpr (DeviceVerifyingLM<Target, Rule>) {
-            stats.device_verified_steps = 1;
-            return detail::timed(stats.target_seconds, [&] {
-                return target_.forward_and_verify(feed_, draft, sampling, rng, step.committed, rule_);
-            });
-        } else {
-            const LogitsView logits = detail::timed(stats.target_seconds, [&] { return target_.forward(feed_); });
-            return detail::timed(stats.acceptance_seconds, [&] {
-                return detail::verify_on_host(logits, draft, sampling, rng, step.committed, rows_, rule_);
-            });
+            if (!sampling.adjusts_logits() && !options_.logprobs.enabled) {
+                stats.device_verified_steps = 1;
+                return detail::timed(stats.target_seconds, [&] {
+                    return target_.forward_and_verify(feed_, draft, sampling, rng, step.committed, rule_);
+                });
+            }
         }
+        pass_rows_ = detail::timed(stats.target_seconds, [&] { return target_.forward(feed_); });
+        return detail::timed(stats.acceptance_seconds, [&] {
+            host_rows_ = this->target_rows(pass_rows_, draft.tokens);
+            return detail::verify_on_host(host_rows_, draft, sampling, rng, step.committed, rows_, rule_);
+        });
     }
 
     Rule rule_;
     Policy policy_;
     detail::LazyDistributions rows_;
+    LogitsView pass_rows_{};  // the step's target pass (host verification)
+    LogitsView host_rows_{};  // its rows through the logit stages; empty after device verification
 };
 
 }  // namespace specdec

@@ -66,7 +66,9 @@ class TreeSpeculativeDecoder
 public:
     TreeSpeculativeDecoder(TargetRole<Target> target, DraftRole<Draft> draft, DecodingOptions options = {},
                            Rule rule = {}, Policy policy = {})
-        : Session(target, draft, std::move(options)), rule_(std::move(rule)), policy_(std::move(policy)) {}
+        : Session(target, draft, std::move(options)), rule_(std::move(rule)), policy_(std::move(policy)) {
+        refuse_unsupported(options_);
+    }
 
     // The shape alone, the common case: (options, shape or policy), rule by default.
     TreeSpeculativeDecoder(TargetRole<Target> target, DraftRole<Draft> draft, DecodingOptions options, Policy policy)
@@ -84,7 +86,7 @@ public:
         detail::StepRecord step = this->begin_step(max_tokens);
         if (step.stopped()) return std::move(step.result);
         GenerationStats& stats = step.stats();
-        const CounterRng rng{options_.seed};
+        const CounterRng rng{this->seed()};
         // The deepest node sits at position committed + depth - 1, a step
         // emits at most depth + 1 tokens, and the pass's pending nodes (the
         // uncached chain and the tree) must fit the target's free context.
@@ -125,6 +127,21 @@ public:
     [[nodiscard]] const Policy& policy() const { return policy_; }
 
 private:
+    // Tree verification reads every node's row with one history per path;
+    // the logit stages and logprobs are the chain decoders' for now.
+    static void refuse_unsupported(const DecodingOptions& options) {
+        const SamplingOptions& sampling = options.sampling;
+        const char* option = sampling.penalises()              ? "penalties"
+                             : !sampling.logit_bias.empty()    ? "logit_bias"
+                             : sampling.constraint != nullptr  ? "constraint"
+                             : options.logprobs.enabled        ? "logprobs"
+                                                               : nullptr;
+        if (option != nullptr) {
+            throw Error(std::string("TreeSpeculativeDecoder does not support the sampling option ") + option +
+                        "; SpeculativeDecoder, AutoregressiveDecoder and BatchedDecoder do");
+        }
+    }
+
     // Ids in the vocabulary, parents before children, and no larger or deeper
     // than the shape asked for; builds index_ over the tree.
     void check_proposal(const TreeProposal& tree, const TreeShape& shape) {

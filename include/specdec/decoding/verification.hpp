@@ -13,6 +13,7 @@
 #include "specdec/core/types.hpp"
 #include "specdec/sampling/acceptance.hpp"
 #include "specdec/core/draft_proposal.hpp"
+#include "specdec/sampling/logit_adjustments.hpp"
 #include "specdec/sampling/logits_processing.hpp"
 #include "specdec/core/sampling_options.hpp"
 
@@ -21,6 +22,7 @@ namespace specdec {
 namespace detail {
 
 // `logits` holds at least draft.size() + 1 rows; the last k + 1 are used.
+// They have been through the logit stages (DecoderSession::target_rows).
 // `rows` is reused between calls; it processes each row only as far as the
 // rule reads it (see LazyDistributions).
 template <AcceptanceRule Rule>
@@ -39,7 +41,8 @@ AcceptanceResult verify_on_host(const LogitsView& logits, const DraftProposal& d
     return rule(draft, DistributionRows{nullptr, k + 1, logits.vocab, &rows}, rng, first_position);
 }
 
-// One token from the last row, as plain autoregressive sampling does it.
+// One token from the last row, as plain autoregressive sampling does it. The
+// row has been through the logit stages (DecoderSession::target_rows).
 inline Token sample_next_on_host(std::span<const float> logits_row, const SamplingOptions& sampling,
                                  const CounterRng& rng, std::uint64_t position, std::vector<float>& scratch) {
     if (sampling.greedy()) return greedy_token(logits_row, "target model", position);

@@ -98,12 +98,27 @@ struct VerifyResult {
     return drafts;
 }
 
+namespace detail {
+
+// The verify-only entry points see rows, not the sequence: the logit stages
+// (which read the history) are the caller's, through adjust_logits.
+inline void refuse_logit_stages(const SamplingOptions& sampling, const char* function) {
+    if (!sampling.adjusts_logits()) return;
+    throw Error(std::string(function) +
+                ": the sampling options set penalties, logit_bias or a constraint, which read the sequence; apply "
+                "them to the rows you pass with specdec::adjust_logits (sampling/logit_adjustments.hpp), row i "
+                "with the history plus drafts 0 .. i - 1, and leave them out of these options");
+}
+
+}  // namespace detail
+
 // Drafts sampled from a draft model's logits: q_i is row i of draft_logits
 // processed with `sampling` (exactly as the verifier processes the target's
 // rows, and as ModelDrafter forms its q). One row per draft.
 [[nodiscard]] inline DraftProposal drafts_from_logits(std::span<const Token> tokens, const LogitsView& draft_logits,
                                                       const SamplingOptions& sampling) {
     validate(sampling);
+    detail::refuse_logit_stages(sampling, "drafts_from_logits");
     if (draft_logits.rows != tokens.size()) {
         throw Error("drafts_from_logits: " + std::to_string(draft_logits.rows) + " draft logits rows for " +
                     std::to_string(tokens.size()) + " drafts: expected one row per draft");
@@ -124,6 +139,7 @@ namespace detail {
 // Everything about the drafts that can be checked without the target's rows.
 inline void check_verify_drafts(const DraftProposal& drafts, std::size_t vocab, const SamplingOptions& sampling) {
     validate(sampling);
+    refuse_logit_stages(sampling, "verify_drafts");
     check_draft_tokens(drafts, vocab);
     if (drafts.point_mass()) return;
     const std::size_t k = drafts.size();

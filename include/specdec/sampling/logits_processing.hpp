@@ -149,9 +149,93 @@ inline std::span<double> block_sum_scratch(std::size_t n) {
     return static_cast<Token>(detail::first_equal(logits, max_value));  // max_value is one of the logits
 }
 
+namespace detail {
+
+// The candidate stages of the chain (top_k, top_p, min_p, temperature, in
+// chain order) over a row whose logits are final (the logit stages already
+// ran): writes p, zero outside the candidates that remain. `order` is scratch.
+inline void filtered_distribution(std::span<const float> logits, const SamplingOptions& options,
+                                  std::span<float> probabilities, float max_logit, std::vector<Token>& order) {
+    const std::size_t vocab = logits.size();
+    const float final_scale = static_cast<float>(1.0 / options.temperature);
+    // Ranking by decreasing logit, ties by increasing id: the same at every
+    // temperature, so the kept set is always a prefix of one ranking.
+    order.resize(vocab);
+    std::iota(order.begin(), order.end(), Token{0});
+    auto ranks_before = [&](Token a, Token b) {
+        const float la = logits[static_cast<std::size_t>(a)], lb = logits[static_cast<std::size_t>(b)];
+        return la > lb || (la == lb && a < b);
+    };
+    std::size_t kept = vocab;
+    std::size_t sorted = 0;  // order[0 .. sorted) is ranked
+    auto rank_kept = [&] {
+        if (sorted < kept) std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(kept), ranks_before);
+        sorted = kept;
+    };
+    float scale = 1.0f;  // 1 / T once the temperature stage has run
+    auto weight = [&](std::size_t rank) {
+        return static_cast<double>(exp_term(logits[static_cast<std::size_t>(order[rank])], max_logit, scale));
+    };
+    for (const SamplerStage stage : options.chain) {
+        switch (stage) {
+            case SamplerStage::top_k:
+                if (options.top_k > 0 && options.top_k < kept) {
+                    std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(options.top_k) - 1,
+                                     order.begin() + static_cast<std::ptrdiff_t>(kept), ranks_before);
+                    kept = options.top_k;
+                    sorted = 0;
+                }
+                break;
+            case SamplerStage::top_p:
+                if (options.top_p < 1.0) {
+                    rank_kept();
+                    double total = 0.0;
+                    for (std::size_t r = 0; r < kept; ++r) total += weight(r);
+                    const double target = options.top_p * total;  // renormalised over the candidates
+                    double cumulative = 0.0;
+                    std::size_t needed = 0;
+                    while (needed < kept) {
+                        cumulative += weight(needed);
+                        ++needed;
+                        if (cumulative >= target) break;
+                    }
+                    kept = needed;
+                }
+                break;
+            case SamplerStage::min_p:
+                if (options.min_p > 0.0) {
+                    rank_kept();
+                    // The first-ranked candidate holds the row's maximum logit: weight 1.
+                    std::size_t needed = 1;
+                    while (needed < kept && weight(needed) >= options.min_p) ++needed;
+                    kept = needed;
+                }
+                break;
+            case SamplerStage::temperature:
+                scale = final_scale;
+                break;
+            case SamplerStage::logit_bias:
+            case SamplerStage::penalties:
+                break;  // adjust_logits ran them
+        }
+    }
+    double kept_mass = 0.0;
+    for (std::size_t r = 0; r < kept; ++r) kept_mass += exp_term(logits[static_cast<std::size_t>(order[r])], max_logit, final_scale);
+    std::fill(probabilities.begin(), probabilities.end(), 0.0f);
+    for (std::size_t r = 0; r < kept; ++r) {
+        const auto x = static_cast<std::size_t>(order[r]);
+        probabilities[x] = static_cast<float>(exp_term(logits[x], max_logit, final_scale) / kept_mass);
+    }
+}
+
+}  // namespace detail
+
 // Writes the sampling distribution for `logits` into `probabilities` (same
-// size): softmax(logits / temperature), then top-k, top-p and min-p filtering,
-// renormalised. Greedy options produce a point mass on the argmax.
+// size): the candidate stages of options.chain (top-k, top-p, min-p and the
+// temperature, see SamplingOptions), renormalised. The logit stages (bias,
+// penalties, constraint) read the row's history and are adjust_logits'
+// (sampling/logit_adjustments.hpp); `logits` here has been through them.
+// Greedy options produce a point mass on the argmax.
 inline void logits_to_distribution(std::span<const float> logits, const SamplingOptions& options,
                                    std::span<float> probabilities, std::string_view who = "model",
                                    std::optional<std::uint64_t> position = std::nullopt) {
@@ -163,57 +247,15 @@ inline void logits_to_distribution(std::span<const float> logits, const Sampling
         probabilities[static_cast<std::size_t>(best)] = 1.0f;
         return;
     }
-    const detail::SoftmaxNormaliser normaliser =
-        detail::softmax_normaliser(logits, options.temperature, who, probabilities.data(), position);
-    detail::scale_row(probabilities, normaliser.scale);
-
-    const bool use_top_k = options.top_k > 0 && options.top_k < vocab;
-    const bool use_top_p = options.top_p < 1.0;
-    const bool use_min_p = options.min_p > 0.0;
-    if (!use_top_k && !use_top_p && !use_min_p) return;
-
-    // Candidates in decreasing probability, ties by increasing id, so that the
-    // filtered set is a deterministic function of the row.
-    std::vector<Token> order(vocab);
-    std::iota(order.begin(), order.end(), Token{0});
-    auto more_probable = [&](Token a, Token b) {
-        const float pa = probabilities[static_cast<std::size_t>(a)], pb = probabilities[static_cast<std::size_t>(b)];
-        return pa > pb || (pa == pb && a < b);
-    };
-    std::size_t kept = vocab;
-    if (use_top_k) {
-        std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(options.top_k) - 1, order.end(),
-                         more_probable);
-        kept = options.top_k;
+    if (!detail::filters_tokens(options, vocab)) {
+        const detail::SoftmaxNormaliser normaliser =
+            detail::softmax_normaliser(logits, options.temperature, who, probabilities.data(), position);
+        detail::scale_row(probabilities, normaliser.scale);
+        return;
     }
-    if (use_top_p || use_min_p) {
-        std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(kept), more_probable);
-    }
-    if (use_top_p) {
-        double cumulative = 0.0;
-        std::size_t needed = 0;
-        while (needed < kept) {
-            cumulative += probabilities[static_cast<std::size_t>(order[needed])];
-            ++needed;
-            if (cumulative >= options.top_p) break;
-        }
-        kept = needed;
-    }
-    if (use_min_p) {
-        const double threshold = options.min_p * probabilities[static_cast<std::size_t>(order[0])];
-        std::size_t needed = 1;
-        while (needed < kept && probabilities[static_cast<std::size_t>(order[needed])] >= threshold) ++needed;
-        kept = needed;
-    }
-    std::vector<float> kept_probabilities(kept);
-    double kept_mass = 0.0;
-    for (std::size_t i = 0; i < kept; ++i) {
-        kept_probabilities[i] = probabilities[static_cast<std::size_t>(order[i])];
-        kept_mass += kept_probabilities[i];
-    }
-    std::fill(probabilities.begin(), probabilities.end(), 0.0f);
-    for (std::size_t i = 0; i < kept; ++i)
-        probabilities[static_cast<std::size_t>(order[i])] = static_cast<float>(kept_probabilities[i] / kept_mass);
+    thread_local std::vector<Token> order;
+    detail::filtered_distribution(logits, options, probabilities, detail::checked_max_logit(logits, who, position),
+                                  order);
 }
 
 // Inverse-CDF draw with a uniform u in [0, 1). Never returns a token of

@@ -46,9 +46,10 @@ namespace detail {
 // before a row), leaving the constraint where it was. Returns false, mask
 // untouched, when the path itself leaves the constraint (a draft it does not
 // allow: the rule rejects that draft before reading any row after it).
-// Throws when the state allows no token at all.
+// Throws when the state allows no token at all (`position`: the row's, for
+// the message).
 inline bool constraint_mask_after(TokenConstraint& constraint, std::span<const Token> path,
-                                  std::span<std::uint8_t> mask, std::size_t generated) {
+                                  std::span<std::uint8_t> mask, std::size_t position) {
     std::size_t walked = 0;
     while (walked < path.size() && constraint.advance(path[walked])) ++walked;
     const bool reached = walked == path.size();
@@ -58,8 +59,8 @@ inline bool constraint_mask_after(TokenConstraint& constraint, std::span<const T
     for (const std::uint8_t allowed : mask)
         if (allowed) return true;
     std::ostringstream message;
-    message << "invalid sampling option constraint: " << constraint.name() << " allows no token after "
-            << generated + path.size() << " generated tokens";
+    message << "invalid sampling option constraint: " << constraint.name() << " allows no token at position "
+            << position;
     throw Error(message.str());
 }
 
