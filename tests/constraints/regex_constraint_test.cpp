@@ -180,12 +180,12 @@ TEST_CASE("regex constraint: a state where no token fits is a clear error throug
     RegexConstraint stuck("ab", texts, {kEndToken});
     std::vector<std::uint8_t> mask(texts.size());
     const std::vector<Token> path{3};
-    CHECK_THROWS_WITH(specdec::detail::constraint_mask_after(stuck, path, mask, 4),
-                      Catch::Contains("invalid sampling option constraint: regex constraint \"ab\" allows no token after 5 generated tokens"));
+    CHECK_THROWS_WITH(specdec::detail::constraint_mask_after(stuck, path, mask, 5),
+                      Catch::Contains("invalid sampling option constraint: regex constraint \"ab\" allows no token at position 5"));
     CHECK(stuck.depth() == 0);  // left where it was
     RegexConstraint never("q+", texts, {kEndToken});
     CHECK_THROWS_WITH(specdec::detail::constraint_mask_after(never, {}, mask, 0),
-                      Catch::Contains("regex constraint \"q+\" allows no token after 0 generated tokens"));
+                      Catch::Contains("regex constraint \"q+\" allows no token at position 0"));
     // A path the constraint refuses is reported, not thrown: mask untouched.
     RegexConstraint fine("a+", texts, {kEndToken});
     std::vector<std::uint8_t> untouched(texts.size(), 7);
