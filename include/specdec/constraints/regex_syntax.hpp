@@ -3,8 +3,8 @@
 // small syntax tree. The subset is what a structured-output pattern needs and
 // nothing that a finite automaton cannot express:
 //
-//   literals        any byte but the metacharacters . [ ] ( ) { } | * + ? \ ^ $
-//                   (a stray ] or } is literal, as in ECMAScript's Annex B)
+//   literals        any byte but the metacharacters . [ ( ) { | * + ? \ ^ $
+//                   (] and } outside a class are literal, as in ECMAScript's Annex B)
 //   escapes         \\ \" \. \{ \/ ... (any punctuation stands for itself),
 //                   \n \t \r \f \v \0 \xHH, and the classes \d \D \w \W \s \S
 //   classes         [a-z0-9_], negated [^"], escapes inside ([\]\-\n\d])
