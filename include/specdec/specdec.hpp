@@ -15,6 +15,8 @@
 //   sampling/       logits -> distributions (the sampler chain: constraint masks,
 //                   logit bias, penalties, top-k/p, min-p, temperature), logprobs and
 //                   the acceptance rules that keep the target's distribution exact
+//   constraints/    built-in TokenConstraints: a regular expression compiled to a
+//                   token-level automaton over a vocabulary's token texts
 //   decoding/       the decoders (session, one step at a time, generate() on top),
 //                   drafters, KV-cache bookkeeping, draft/target pair
 //                   statistics                                        <- this header
@@ -57,4 +59,6 @@
 #include "specdec/sampling/logits_processing.hpp"
 #include "specdec/sampling/token_constraint.hpp"
 #include "specdec/sampling/token_logprobs.hpp"
+#include "specdec/constraints/regex_constraint.hpp"
+#include "specdec/constraints/token_texts.hpp"
 #include "specdec/sampling/tree_acceptance.hpp"
