@@ -16,9 +16,11 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <random>
@@ -52,6 +54,12 @@ struct Options {
     std::size_t top_k = 40;
     double top_p = 0.95;
     double min_p = 0.05;
+    double repeat_penalty = 1.0;
+    std::size_t repeat_last_n = 64;
+    double presence_penalty = 0.0;
+    double frequency_penalty = 0.0;
+    std::vector<specdec::LogitBias> logit_bias;
+    specdec::SamplerChain chain = specdec::kLlamaCppChain;
     std::optional<std::uint64_t> seed;
     std::size_t draft_tokens = 4;
     bool auto_length = false;      // -k auto: the decoder chooses each step's length (at most draft_tokens)
@@ -77,6 +85,32 @@ T parse_number(std::string_view flag, std::string_view text) {
     else return static_cast<T>(cli::parse_count(flag, text));
 }
 
+// A finite number of either sign (presence and frequency penalties).
+double parse_signed(std::string_view flag, std::string_view text) {
+    const std::string copy(text);
+    char* end = nullptr;
+    const double value = copy.empty() ? 0.0 : std::strtod(copy.c_str(), &end);
+    if (copy.empty() || end != copy.c_str() + copy.size() || !std::isfinite(value))
+        throw UsageError(std::string(flag) + ": '" + copy + "' is not a finite number");
+    return value;
+}
+
+// llama.cpp's syntax: ID+BIAS, ID-BIAS, ID-inf (a ban).
+specdec::LogitBias parse_logit_bias(std::string_view flag, std::string_view text) {
+    const std::size_t sign = text.find_first_of("+-");
+    if (sign == std::string_view::npos || sign == 0)
+        throw UsageError(std::string(flag) + ": '" + std::string(text) + "' is not ID+BIAS or ID-BIAS (e.g. 15043+1, 2-inf)");
+    const auto token = static_cast<specdec::Token>(cli::parse_count(flag, text.substr(0, sign)));
+    const std::string_view magnitude = text.substr(sign + 1);
+    const bool negative = text[sign] == '-';
+    if (magnitude == "inf") {
+        if (!negative) throw UsageError(std::string(flag) + ": +inf is not a bias (use ID-inf to ban a token)");
+        return {token, -std::numeric_limits<float>::infinity()};
+    }
+    const double bias = cli::parse_non_negative(flag, magnitude, "the bias");
+    return {token, static_cast<float>(negative ? -bias : bias)};
+}
+
 // Every flag of specdec-generate: name, value, help and effect.
 const std::vector<GenerateFlag>& generate_flags() {
     using V = std::string_view;
@@ -93,6 +127,28 @@ const std::vector<GenerateFlag>& generate_flags() {
         {{"--top-k"}, "N", "0 = off (default 40)", [](Options& o, V f, V v) { o.top_k = parse_number<std::size_t>(f, v); }},
         {{"--top-p"}, "P", "1 = off (default 0.95)", [](Options& o, V f, V v) { o.top_p = parse_number<double>(f, v); }},
         {{"--min-p"}, "P", "0 = off (default 0.05)", [](Options& o, V f, V v) { o.min_p = parse_number<double>(f, v); }},
+        {{"--repeat-penalty"}, "R", "repetition penalty over the last --repeat-last-n tokens, 1 = off (default 1)",
+         [](Options& o, V f, V v) { o.repeat_penalty = parse_number<double>(f, v); }},
+        {{"--repeat-last-n"}, "N", "the penalties' window in tokens, prompt included (default 64)",
+         [](Options& o, V f, V v) { o.repeat_last_n = parse_number<std::size_t>(f, v); }},
+        {{"--presence-penalty"}, "X", "subtracted from every token in the window, 0 = off (default 0)",
+         [](Options& o, V f, V v) { o.presence_penalty = parse_signed(f, v); }},
+        {{"--frequency-penalty"}, "X", "subtracted per occurrence in the window, 0 = off (default 0)",
+         [](Options& o, V f, V v) { o.frequency_penalty = parse_signed(f, v); }},
+        {{"-l", "--logit-bias"}, "ID(+|-)BIAS", "add BIAS to token ID's logit, e.g. 15043+1 or 2-inf (a ban); repeatable",
+         [](Options& o, V f, V v) { o.logit_bias.push_back(parse_logit_bias(f, v)); }},
+        {{"--sampler-order"}, "llama.cpp|hf",
+         "stage order: llama.cpp (default: bias, penalties, top-k, top-p, min-p, temperature) or hf\n"
+         "(Hugging Face: bias, penalties, temperature, top-k, top-p, min-p)",
+         [](Options& o, V f, V v) {
+             if (v == "llama.cpp") {
+                 o.chain = specdec::kLlamaCppChain;
+             } else if (v == "hf") {
+                 o.chain = specdec::kHuggingFaceChain;
+             } else {
+                 throw cli::UsageError(std::string(f) + " " + std::string(v) + ": expected llama.cpp or hf");
+             }
+         }},
         {{"-s", "--seed"}, "N", "sampling seed (default: random, printed at the end)",
          [](Options& o, V f, V v) { o.seed = parse_number<std::uint64_t>(f, v); }},
         {{"-k", "--draft"}, "N|auto",
@@ -219,7 +275,16 @@ int generate(const Options& o, Model& target, Model* draft, const std::vector<sp
     const std::uint64_t seed = o.seed.value_or(std::random_device{}());
     specdec::DecodingOptions options{
         .draft_tokens = o.draft_tokens,
-        .sampling = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .min_p = o.min_p},
+        .sampling = {.temperature = o.temperature,
+                     .top_k = o.top_k,
+                     .top_p = o.top_p,
+                     .min_p = o.min_p,
+                     .chain = o.chain,
+                     .repeat_penalty = o.repeat_penalty,
+                     .presence_penalty = o.presence_penalty,
+                     .frequency_penalty = o.frequency_penalty,
+                     .penalty_last_n = o.repeat_last_n,
+                     .logit_bias = o.logit_bias},
         .seed = seed,
         .max_new_tokens = o.new_tokens,
     };
