@@ -4,12 +4,15 @@
 // on the same inputs.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "models/model_test_support.hpp"
 #include "specdec/backends/cpu/attention.hpp"
+#include "specdec/backends/cpu/gemm.hpp"
 #include "specdec/backends/cpu/matmul.hpp"
 #include "specdec/models/synthetic.hpp"
+#include "specdec/platform/x86.hpp"
 #include "support/catch.hpp"
 
 namespace {
@@ -138,6 +141,53 @@ TEST_CASE("the blocked matrix product and the tile path agree on the same inputs
         specdec::cpu::detail::matmul_wide(pool, wide_targets, x.data(), x_stride, n);
         CHECK(relative_difference(wide_a, tiles_a) < 1e-5f);
         CHECK(relative_difference(wide_b, tiles_b) < 1e-5f);
+    }
+}
+
+TEST_CASE("the blocked product gives the same bits on its AVX-512 and AVX2 tiles and agrees with the scalar ones", "[model][wide]") {
+    // With AVX-512 a pair of strips meets a pair of whole panels in 512-bit
+    // registers; leftovers take the AVX2 tiles. Every element must be the same
+    // FMA chain whichever tile computed it, or a model's logits would depend
+    // on the CPU and on the pass width. Rows and columns cover whole pairs,
+    // an odd panel, a partial panel, an odd strip and a partial strip.
+    using specdec::cpu::detail::GemmTiles;
+    const std::size_t depth = 37;
+    for (const std::size_t rows : {1, 16, 31, 32, 48, 64, 77}) {
+        for (const std::size_t columns : {1, 6, 7, 12, 13, 17, 18, 30}) {
+            specdec::cpu::detail::PackedRows a;
+            specdec::cpu::detail::pack_rows_scalar(rows, 0, depth, a, [](std::size_t r, std::size_t k) {
+                return specdec::detail::synthetic_normal(21, r * 1000 + k);
+            });
+            std::vector<float> x(columns * depth);
+            for (std::size_t i = 0; i < x.size(); ++i) x[i] = specdec::detail::synthetic_normal(22, i);
+            specdec::cpu::detail::PackedColumns packed;
+            specdec::cpu::detail::pack_columns(x.data(), depth, columns, depth, packed);
+            for (const bool add : {false, true}) {
+                auto run = [&](GemmTiles tiles) {
+                    std::vector<float> y(columns * rows);
+                    for (std::size_t i = 0; i < y.size(); ++i) y[i] = 0.125f * static_cast<float>(i % 5);
+                    specdec::cpu::detail::gemm_packed(a, packed, 0, y.data(), rows, add, tiles);
+                    return y;
+                };
+                INFO(rows << " rows, " << columns << " columns, add " << add);
+                const std::vector<float> scalar = run(GemmTiles::scalar);
+                float largest = 0.0f;
+                for (const float v : scalar) largest = std::max(largest, std::abs(v));
+                REQUIRE(largest > 0.5f);  // the product is not trivially zero
+#if SPECDEC_X86
+                if (specdec::platform::avx2_available()) {
+                    const std::vector<float> avx2 = run(GemmTiles::avx2);
+                    CHECK(std::equal(avx2.begin(), avx2.end(), scalar.begin(), [](float p, float q) {
+                        return std::abs(p - q) <= 1e-5f * (1.0f + std::abs(q));  // FMA against separate rounding
+                    }));
+                    if (specdec::platform::evex_available()) {
+                        const std::vector<float> evex = run(GemmTiles::evex);
+                        CHECK(std::memcmp(evex.data(), avx2.data(), evex.size() * sizeof(float)) == 0);
+                    }
+                }
+#endif
+            }
+        }
     }
 }
 

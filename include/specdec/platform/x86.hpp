@@ -25,9 +25,11 @@
 #define SPECDEC_X86 1
 // AVX2 with FMA and F16C: every x86 CPU with AVX2 has the other two.
 #define SPECDEC_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
-// The same 256-bit instructions, EVEX-encoded: 32 vector registers. A kernel
-// compiled with it computes exactly what its AVX2 twin computes (the same
-// operations in the same order); only register allocation differs.
+// AVX-512 F and VL: 32 vector registers for the 256-bit instructions
+// (EVEX-encoded) and the 512-bit ones. A kernel compiled with it computes
+// exactly what its AVX2 twin computes (the same operations in the same order,
+// a 512-bit operation being sixteen lanes of the scalar one); only register
+// allocation and vector width differ.
 #define SPECDEC_EVEX_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512vl")))
 #else
 #define SPECDEC_X86 0
