@@ -20,7 +20,10 @@ sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 prefix="$(mkdir -p "${1:-build-llama/prefix}" && cd "${1:-build-llama/prefix}" && pwd)"
 work="$(dirname "$prefix")/llama-cpp-python-$version"
 jobs="${SPECDEC_JOBS:-2}"
-stamp="$prefix/specdec-llama-cpp-python-$version"
+# The recipe's revision is part of the stamp, so that a prefix built by an
+# older recipe is rebuilt.
+recipe=2
+stamp="$prefix/specdec-llama-cpp-python-$version-recipe$recipe"
 
 if [ ! -f "$stamp" ]; then
   mkdir -p "$work"
@@ -39,7 +42,13 @@ if [ ! -f "$stamp" ]; then
   # its siblings through $ORIGIN, as libggml loads its CPU backend library;
   # the RPC server is one file over ggml's public headers, compiled against
   # them (an RPATH, not a RUNPATH, so that it covers ggml's own loads too).
+  # -march=native turns on AMX where the CPU reports it, but a virtual machine
+  # may report AMX without letting a process use its tile state: ggml's AMX
+  # matrix products then die with SIGILL (seen on a Firecracker VM of an
+  # AMX-capable Xeon). The adapter needs none of it, so it is left out.
+  no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
   cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$prefix" \
+    -DCMAKE_C_FLAGS="${CFLAGS:-} $no_amx" -DCMAKE_CXX_FLAGS="${CXXFLAGS:-} $no_amx" \
     -DCMAKE_INSTALL_LIBDIR=lib -DCMAKE_INSTALL_RPATH='$ORIGIN' -DBUILD_SHARED_LIBS=ON -DGGML_RPC=ON -DGGML_NATIVE=ON -DGGML_CUDA=OFF \
     -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
