@@ -11,27 +11,18 @@
 #include "specdec/constraints/regex_automaton.hpp"
 #include "specdec/core/error.hpp"
 #include "support/catch.hpp"
+#include "support/test_random.hpp"
 
 using specdec::regex::ByteDfa;
 using specdec::regex::compile_regex;
 
 namespace {
 
-struct AutomatonRandom {
-    std::uint64_t state;
-    std::uint64_t next() {
-        state += 0x9E3779B97F4A7C15ull;
-        std::uint64_t x = state;
-        x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-        x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-        return x ^ (x >> 31);
-    }
-    std::size_t below(std::size_t n) { return static_cast<std::size_t>(next() % n); }
-};
+using specdec::test::TestRandom;
 
 // A string the automaton accepts (a random walk through live states that
 // stops at an accepting one), or, when it finds none in time, a partial walk.
-std::string walk_match(const ByteDfa& dfa, AutomatonRandom& random) {
+std::string walk_match(const ByteDfa& dfa, TestRandom& random) {
     std::string text;
     std::uint32_t state = dfa.start;
     for (std::size_t step = 0; step < 64; ++step) {
@@ -50,7 +41,7 @@ std::string walk_match(const ByteDfa& dfa, AutomatonRandom& random) {
 const std::string kAutomatonAlphabet = "abcdexyz0123456789_-\"{}:, .\n\t]\\AZ";
 
 // Near misses: a matching walk with one byte replaced, inserted or deleted.
-std::string mutate(std::string text, AutomatonRandom& random) {
+std::string mutate(std::string text, TestRandom& random) {
     const char c = kAutomatonAlphabet[random.below(kAutomatonAlphabet.size())];
     switch (random.below(3)) {
         case 0:
@@ -71,7 +62,7 @@ TEST_CASE("regex automaton: full matches agree with std::regex_match on random s
         "(ab){0,3}c?", "\\d{1,4}-\\w+", R"(\{"id": [0-9]{1,4}, "name": "[a-z]{1,8}"\})", "(a*)*b", "[-a]+[b-]",
         "\\s*\\S+", "(?:foo|bar)+baz", "a?b?c?", "[\\]\\-]x", "\\x41\\.\\n", "^ab$", "", "(|a)b", "[^a-c]{2}",
         "(\"[^\"\\\\]*\"|[0-9]+)(, (\"[^\"\\\\]*\"|[0-9]+))*", "[\\d\\s]+z", "\\W\\D"};
-    AutomatonRandom random{2026};
+    TestRandom random{2026};
     for (const std::string& pattern : patterns) {
         INFO("pattern " << pattern);
         const ByteDfa dfa = compile_regex(pattern);

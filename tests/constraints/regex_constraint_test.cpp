@@ -12,6 +12,7 @@
 #include "specdec/core/error.hpp"
 #include "specdec/sampling/token_constraint.hpp"
 #include "support/catch.hpp"
+#include "support/test_random.hpp"
 
 using specdec::RegexConstraint;
 using specdec::Token;
@@ -21,17 +22,7 @@ namespace {
 constexpr Token kEndToken = 2;
 const std::string kJsonPattern = R"(\{"id": [0-9]{1,4}, "name": "[a-z]{1,8}"\})";
 
-struct ConstraintRandom {
-    std::uint64_t state;
-    std::uint64_t next() {
-        state += 0x9E3779B97F4A7C15ull;
-        std::uint64_t x = state;
-        x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-        x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-        return x ^ (x >> 31);
-    }
-    std::size_t below(std::size_t n) { return static_cast<std::size_t>(next() % n); }
-};
+using specdec::test::TestRandom;
 
 // The mask by definition: a text token is allowed when the text so far plus
 // its text is still a prefix of some match (the automaton from its start over
@@ -55,7 +46,7 @@ std::vector<std::uint8_t> mask_of(RegexConstraint& constraint) {
     return mask;
 }
 
-Token pick_allowed(const std::vector<std::uint8_t>& mask, ConstraintRandom& random) {
+Token pick_allowed(const std::vector<std::uint8_t>& mask, TestRandom& random) {
     std::vector<Token> allowed;
     for (std::size_t token = 0; token < mask.size(); ++token)
         if (mask[token]) allowed.push_back(static_cast<Token>(token));
@@ -69,7 +60,7 @@ TEST_CASE("regex constraint: masks agree with brute force along random allowed p
     for (const std::string& pattern : {kJsonPattern, std::string("(ab|[0-9]{2})+( x)?"), std::string("[^\"]{0,6}\"")}) {
         INFO("pattern " << pattern);
         RegexConstraint constraint(pattern, texts, {kEndToken});
-        ConstraintRandom random{99};
+        TestRandom random{99};
         std::size_t ended = 0;
         for (int walk = 0; walk < 40; ++walk) {
             constraint.reset();
@@ -100,7 +91,7 @@ TEST_CASE("regex constraint: masks agree with brute force along random allowed p
 TEST_CASE("regex constraint: advance refuses what the mask refuses and stays put", "[constraints][regex]") {
     const std::vector<std::string> texts = specdec::synthetic_token_texts(3000, 5);
     RegexConstraint constraint(kJsonPattern, texts, {kEndToken});
-    ConstraintRandom random{3};
+    TestRandom random{3};
     for (int step = 0; step < 12; ++step) {
         const std::vector<std::uint8_t> mask = mask_of(constraint);
         for (std::size_t token = 0; token < mask.size(); ++token) {
@@ -118,7 +109,7 @@ TEST_CASE("regex constraint: advance refuses what the mask refuses and stays put
 TEST_CASE("regex constraint: rollback restores the masks of earlier states", "[constraints][regex]") {
     const std::vector<std::string> texts = specdec::synthetic_token_texts(2000, 21);
     RegexConstraint constraint(kJsonPattern, texts, {kEndToken});
-    ConstraintRandom random{17};
+    TestRandom random{17};
     std::vector<std::vector<std::uint8_t>> masks{mask_of(constraint)};
     for (int step = 0; step < 25; ++step) {
         REQUIRE(constraint.advance(pick_allowed(masks.back(), random)));

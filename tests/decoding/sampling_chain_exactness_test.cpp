@@ -132,17 +132,22 @@ const std::vector<SamplingOptions>& penalty_settings() {
 }
 
 
+// The harness over kDrafts + 1 tokens against the reference chain's conditionals.
+ExactnessSetup penalties_setup(const std::string& label, ToyLM& target, const SamplingOptions& sampling) {
+    return ExactnessSetup{.name = label + describe(sampling),
+                          .prompt = kPrompt,
+                          .vocab = kVocab,
+                          .length = kDrafts + 1,
+                          .draft_tokens = kDrafts,
+                          .samples = kSamples,
+                          .target = reference_conditional(target, sampling)};
+}
+
 TEST_CASE("penalties and logit bias with top-k, top-p and min-p are exact under speculation at every draft position",
           "[exactness][decoder][sampling][penalties]") {
     for (const SamplingOptions& sampling : penalty_settings()) {
         ToyLM target(target_options()), draft(draft_options());
-        const ExactnessSetup setup{.name = "penalties, k 3: " + describe(sampling),
-                                   .prompt = kPrompt,
-                                   .vocab = kVocab,
-                                   .length = kDrafts + 1,
-                                   .draft_tokens = kDrafts,
-                                   .samples = kSamples,
-                                   .target = reference_conditional(target, sampling)};
+        const ExactnessSetup setup = penalties_setup("penalties, k 3: ", target, sampling);
         const DecodingOptions options{.draft_tokens = kDrafts, .sampling = sampling, .max_new_tokens = kDrafts + 1};
         const auto report = run_exactness(setup, [&](std::uint64_t seed) { return speculative_sample(target, draft, options, seed); });
         check_exact(report, kDrafts);
@@ -151,13 +156,7 @@ TEST_CASE("penalties and logit bias with top-k, top-p and min-p are exact under 
     // Block verification reads every row's p_i(x_i): the same rows, adjusted.
     const SamplingOptions sampling = penalty_settings()[2];
     ToyLM target(target_options()), draft(draft_options());
-    const ExactnessSetup setup{.name = "penalties, block verification: " + describe(sampling),
-                               .prompt = kPrompt,
-                               .vocab = kVocab,
-                               .length = kDrafts + 1,
-                               .draft_tokens = kDrafts,
-                               .samples = kSamples,
-                               .target = reference_conditional(target, sampling)};
+    const ExactnessSetup setup = penalties_setup("penalties, block verification: ", target, sampling);
     const DecodingOptions options{.draft_tokens = kDrafts, .sampling = sampling, .max_new_tokens = kDrafts + 1};
     check_exact(run_exactness(setup, [&](std::uint64_t seed) {
                     return speculative_sample<specdec::BlockVerification>(target, draft, options, seed);
