@@ -16,6 +16,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "specdec/specdec.hpp"
@@ -132,22 +133,23 @@ const std::vector<SamplingOptions>& penalty_settings() {
 }
 
 
-// The harness over kDrafts + 1 tokens against the reference chain's conditionals.
-ExactnessSetup penalties_setup(const std::string& label, ToyLM& target, const SamplingOptions& sampling) {
-    return ExactnessSetup{.name = label + describe(sampling),
+// The harness over kDrafts + 1 tokens after kPrompt (one whole step, every
+// draft position), against a reference target's conditionals.
+ExactnessSetup one_step_setup(std::string name, specdec::test::Conditional target) {
+    return ExactnessSetup{.name = std::move(name),
                           .prompt = kPrompt,
                           .vocab = kVocab,
                           .length = kDrafts + 1,
                           .draft_tokens = kDrafts,
                           .samples = kSamples,
-                          .target = reference_conditional(target, sampling)};
+                          .target = std::move(target)};
 }
 
 TEST_CASE("penalties and logit bias with top-k, top-p and min-p are exact under speculation at every draft position",
           "[exactness][decoder][sampling][penalties]") {
     for (const SamplingOptions& sampling : penalty_settings()) {
         ToyLM target(target_options()), draft(draft_options());
-        const ExactnessSetup setup = penalties_setup("penalties, k 3: ", target, sampling);
+        const ExactnessSetup setup = one_step_setup("penalties, k 3: " + describe(sampling), reference_conditional(target, sampling));
         const DecodingOptions options{.draft_tokens = kDrafts, .sampling = sampling, .max_new_tokens = kDrafts + 1};
         const auto report = run_exactness(setup, [&](std::uint64_t seed) { return speculative_sample(target, draft, options, seed); });
         check_exact(report, kDrafts);
@@ -156,7 +158,8 @@ TEST_CASE("penalties and logit bias with top-k, top-p and min-p are exact under 
     // Block verification reads every row's p_i(x_i): the same rows, adjusted.
     const SamplingOptions sampling = penalty_settings()[2];
     ToyLM target(target_options()), draft(draft_options());
-    const ExactnessSetup setup = penalties_setup("penalties, block verification: ", target, sampling);
+    const ExactnessSetup setup =
+        one_step_setup("penalties, block verification: " + describe(sampling), reference_conditional(target, sampling));
     const DecodingOptions options{.draft_tokens = kDrafts, .sampling = sampling, .max_new_tokens = kDrafts + 1};
     check_exact(run_exactness(setup, [&](std::uint64_t seed) {
                     return speculative_sample<specdec::BlockVerification>(target, draft, options, seed);
@@ -187,13 +190,8 @@ TEST_CASE("a constraint is exact under speculation: draft and target rows masked
         ToyConstraint constraint;
         const SamplingOptions sampling{.temperature = temperature, .top_k = 4, .repeat_penalty = 1.3, .constraint = &constraint};
         ToyLM target(target_options()), draft(draft_options());
-        const ExactnessSetup setup{.name = "constraint, k 3, " + describe(sampling),
-                                   .prompt = kPrompt,
-                                   .vocab = kVocab,
-                                   .length = kDrafts + 1,
-                                   .draft_tokens = kDrafts,
-                                   .samples = kSamples,
-                                   .target = reference_conditional(target, sampling, kPrompt.size(), allowed_after)};
+        const ExactnessSetup setup = one_step_setup("constraint, k 3, " + describe(sampling),
+                                                    reference_conditional(target, sampling, kPrompt.size(), allowed_after));
         const DecodingOptions options{.draft_tokens = kDrafts, .sampling = sampling, .max_new_tokens = kDrafts + 1};
         const auto report = run_exactness(setup, [&](std::uint64_t seed) { return speculative_sample(target, draft, options, seed); });
         check_exact(report, kDrafts);
@@ -240,13 +238,7 @@ TEST_CASE("negative control: penalties from the committed tokens only (stale at 
     HistoryTransformedLM stale(target_options(), [&](std::span<float> row, std::span<const Token> history, std::size_t r) {
         penalise(row, history.first(history.size() - r));
     });
-    const ExactnessSetup setup{.name = "control: stale penalties",
-                               .prompt = kPrompt,
-                               .vocab = kVocab,
-                               .length = kDrafts + 1,
-                               .draft_tokens = kDrafts,
-                               .samples = kSamples,
-                               .target = reference_conditional(stale, penalised)};
+    const ExactnessSetup setup = one_step_setup("control: stale penalties", reference_conditional(stale, penalised));
     const DecodingOptions options{.draft_tokens = kDrafts, .sampling = {.temperature = 1.0}, .max_new_tokens = kDrafts + 1};
     check_caught(run_exactness(setup, [&](std::uint64_t seed) { return speculative_sample(stale, draft, options, seed); }), kDrafts);
     // The same wrapper with the right history passes: the control's failure is the staleness.
@@ -273,13 +265,8 @@ TEST_CASE("negative control: a constraint mask applied at the first draft positi
         if (r == 0 && history.size() >= prompt_tokens) mask(row, history);
     });
     const SamplingOptions sampling{.temperature = 1.0};
-    const ExactnessSetup setup{.name = "control: mask at the first draft position only",
-                               .prompt = kPrompt,
-                               .vocab = kVocab,
-                               .length = kDrafts + 1,
-                               .draft_tokens = kDrafts,
-                               .samples = kSamples,
-                               .target = reference_conditional(first_only, sampling, prompt_tokens, allowed_after)};
+    const ExactnessSetup setup = one_step_setup("control: mask at the first draft position only",
+                                                reference_conditional(first_only, sampling, prompt_tokens, allowed_after));
     const DecodingOptions options{.draft_tokens = kDrafts, .sampling = sampling, .max_new_tokens = kDrafts + 1};
     check_caught(run_exactness(setup, [&](std::uint64_t seed) { return speculative_sample(first_only, draft, options, seed); }),
                  kDrafts);
