@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "specdec/formats/gguf_writer.hpp"
+#include "specdec/models/llama_gguf_writer.hpp"
 #include "specdec/models/llama_model.hpp"
 
 namespace specdec::test {
@@ -53,61 +54,10 @@ inline Token argmax(std::span<const float> logits) {
     return static_cast<Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-inline gguf::TensorType gguf_type_of(WeightType type) {
-    switch (type) {
-        case WeightType::f32: return gguf::TensorType::f32;
-        case WeightType::f16: return gguf::TensorType::f16;
-        case WeightType::bf16: return gguf::TensorType::bf16;
-        case WeightType::q8_0: return gguf::TensorType::q8_0;
-        case WeightType::q4_0: return gguf::TensorType::q4_0;
-        case WeightType::q4_1: return gguf::TensorType::q4_1;
-        case WeightType::q5_0: return gguf::TensorType::q5_0;
-        case WeightType::q5_1: return gguf::TensorType::q5_1;
-        case WeightType::q4_k: return gguf::TensorType::q4_K;
-        case WeightType::q5_k: return gguf::TensorType::q5_K;
-        case WeightType::q6_k: return gguf::TensorType::q6_K;
-    }
-    return gguf::TensorType::f32;
-}
-
-// A GGUF writer holding the weights as llama.cpp would name them; `edit` may
-// change the writer's content before it is returned (tests of bad files).
+// A GGUF writer holding the weights as llama.cpp would name them (tests of
+// bad files change its content before writing it).
 inline gguf::Writer llama_gguf_writer(const LlamaWeights& w, bool include_output = true) {
-    gguf::Writer writer;
-    const LlamaConfig& c = w.config;
-    writer.add_string("general.architecture", "llama").add_string("general.name", "test-llama");
-    writer.add_uint32("llama.context_length", static_cast<std::uint32_t>(c.context_length));
-    writer.add_uint32("llama.embedding_length", static_cast<std::uint32_t>(c.embedding_dim));
-    writer.add_uint32("llama.block_count", static_cast<std::uint32_t>(c.layer_count));
-    writer.add_uint32("llama.feed_forward_length", static_cast<std::uint32_t>(c.feed_forward_dim));
-    writer.add_uint32("llama.attention.head_count", static_cast<std::uint32_t>(c.head_count));
-    writer.add_uint32("llama.attention.head_count_kv", static_cast<std::uint32_t>(c.kv_heads()));
-    writer.add_uint32("llama.rope.dimension_count", static_cast<std::uint32_t>(c.rotary_dim()));
-    writer.add_float32("llama.rope.freq_base", c.rope_freq_base);
-    writer.add_float32("llama.attention.layer_norm_rms_epsilon", c.rms_norm_eps);
-    auto matrix = [&](const std::string& name, const WeightMatrix& m) {
-        writer.add_tensor(name, gguf_type_of(m.type), {m.cols, m.rows}, std::span<const std::byte>(m.data, m.byte_size()));
-    };
-    auto vector = [&](const std::string& name, const std::vector<float>& v) {
-        writer.add_tensor_f32(name, {v.size()}, v);
-    };
-    matrix("token_embd.weight", w.token_embedding);
-    for (std::size_t i = 0; i < w.layers.size(); ++i) {
-        const LlamaLayerWeights& l = w.layers[i];
-        const std::string p = "blk." + std::to_string(i) + ".";
-        vector(p + "attn_norm.weight", l.attention_norm);
-        matrix(p + "attn_q.weight", l.query);
-        matrix(p + "attn_k.weight", l.key);
-        matrix(p + "attn_v.weight", l.value);
-        matrix(p + "attn_output.weight", l.attention_output);
-        vector(p + "ffn_norm.weight", l.ffn_norm);
-        matrix(p + "ffn_gate.weight", l.ffn_gate);
-        matrix(p + "ffn_up.weight", l.ffn_up);
-        matrix(p + "ffn_down.weight", l.ffn_down);
-    }
-    vector("output_norm.weight", w.output_norm);
-    if (include_output) matrix("output.weight", w.output);
-    return writer;
+    return specdec::llama_gguf_writer(w, "test-llama", include_output);
 }
 
 // A fresh file path under the system temp folder, removed at scope exit.
