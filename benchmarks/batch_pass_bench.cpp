@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "machine_info.hpp"
+#include "../tools/flag_table.hpp"
 #include "specdec/models/synthetic.hpp"
 
 namespace {
@@ -43,20 +44,7 @@ using namespace specdec;
 constexpr std::size_t kMaxFeeds = 32;
 
 std::vector<std::size_t> parse_list(std::string_view flag, std::string_view text) {
-    std::vector<std::size_t> values;
-    std::size_t start = 0;
-    while (start <= text.size()) {
-        const std::size_t comma = std::min(text.find(',', start), text.size());
-        const std::string item(text.substr(start, comma - start));
-        char* end = nullptr;
-        const unsigned long value = item.empty() ? 0 : std::strtoul(item.c_str(), &end, 10);
-        if (item.empty() || *end != '\0' || value == 0) {
-            throw std::invalid_argument(std::string(flag) + ": '" + item + "' is not a positive integer");
-        }
-        values.push_back(value);
-        start = comma + 1;
-    }
-    return values;
+    return cli::parse_count_list(flag, text, 1);
 }
 
 double thread_cpu_seconds() {

@@ -144,6 +144,14 @@ template <class Options>
     return items;
 }
 
+// A comma-separated list of counts, each at least `minimum`.
+[[nodiscard]] inline std::vector<std::size_t> parse_count_list(std::string_view flag, std::string_view text,
+                                                               std::uint64_t minimum = 0) {
+    std::vector<std::size_t> values;
+    for (const std::string_view item : split_list(flag, text)) values.push_back(static_cast<std::size_t>(parse_count(flag, item, minimum)));
+    return values;
+}
+
 // The one-line form of an error message (main prints it after the tool's name).
 [[nodiscard]] inline std::string one_line(std::string text) {
     for (char& c : text)
