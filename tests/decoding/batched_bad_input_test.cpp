@@ -402,31 +402,15 @@ TEST_CASE("a batched decoder over a single-sequence target serves its requests o
 
 // A multi-sequence adapter with a batching bug: a pass over several
 // sequences returns one row too few (a single sequence's pass is right).
-class DropsARowOfBatches {
-public:
-    explicit DropsARowOfBatches(ToyLMOptions options, std::size_t slots)
-        : slots_(slots, [options] { return ToyLM(options); }) {}
-
-    std::size_t sequence_slots() const { return slots_.sequence_slots(); }
-    std::size_t vocab_size() const { return slots_.vocab_size(); }
-    std::size_t context_length() const { return slots_.context_length(); }
-    std::size_t cached_tokens() const { return slots_.cached_tokens(); }
-    std::size_t cached_tokens(std::size_t slot) const { return slots_.cached_tokens(slot); }
-    specdec::LogitsView forward(std::span<const Token> tokens) { return slots_.forward(tokens); }
-    void truncate(std::size_t n) { slots_.truncate(n); }
-    void truncate(std::size_t slot, std::size_t n) { slots_.truncate(slot, n); }
-
-    specdec::LogitsView forward_batch(std::span<const specdec::SequenceFeed> feeds) {
-        const specdec::LogitsView all = slots_.forward_batch(feeds);
+struct DropTheLastRowOfBatches {
+    specdec::LogitsView operator()(std::span<const specdec::SequenceFeed> feeds, const specdec::LogitsView& all,
+                                   std::vector<float>& buffer) const {
         const std::size_t rows = feeds.size() > 1 ? all.rows - 1 : all.rows;
-        rows_.assign(all.data, all.data + rows * all.row_stride);  // only these rows exist
-        return specdec::dense_logits(rows_, rows, all.vocab);
+        buffer.assign(all.data, all.data + rows * all.row_stride);  // only these rows exist
+        return specdec::dense_logits(buffer, rows, all.vocab);
     }
-
-private:
-    ToySlots slots_;
-    std::vector<float> rows_;
 };
+using DropsARowOfBatches = specdec::test::EditedBatchPass<ToyLM, DropTheLastRowOfBatches>;
 static_assert(specdec::MultiSequenceLM<DropsARowOfBatches>);
 
 TEST_CASE("batched: a multi-sequence adapter whose batched pass returns a row too few fails the requests of that pass "
@@ -451,7 +435,7 @@ TEST_CASE("batched: a multi-sequence adapter whose batched pass returns a row to
         }
     };
     SECTION("as target") {
-        DropsARowOfBatches target(target_options(), 3);
+        DropsARowOfBatches target(ToySlots(3, [] { return ToyLM(target_options()); }));
         ToySlots draft(3, [] { return ToyLM(draft_options()); });
         specdec::BatchedDecoder<DropsARowOfBatches, ToySlots, specdec::TokenwiseRejection, specdec::FixedBatchLength> decoder(
             specdec::target(target), specdec::draft(draft));
@@ -459,7 +443,7 @@ TEST_CASE("batched: a multi-sequence adapter whose batched pass returns a row to
     }
     SECTION("as draft, drafting in lockstep") {
         ToySlots target(3, [] { return ToyLM(target_options()); });
-        DropsARowOfBatches draft(draft_options(), 3);
+        DropsARowOfBatches draft(ToySlots(3, [] { return ToyLM(draft_options()); }));
         specdec::BatchedDecoder<ToySlots, DropsARowOfBatches, specdec::TokenwiseRejection, specdec::FixedBatchLength> decoder(
             specdec::target(target), specdec::draft(draft));
         check_all_failed(decoder, "draft model forward_batch returned");

@@ -250,34 +250,19 @@ ExactnessReport draft_model_report(const std::string& name, const SamplingOption
 // feeds' rows last feed first (as if it walked its output buffer backwards),
 // so every request of a pass with mates is verified against rows computed for
 // other sequences. One feed alone is right.
-class RowsLastFeedFirst {
-public:
-    explicit RowsLastFeedFirst(ToyLMOptions options) : slots_(toy_slots(options)) {}
-
-    std::size_t sequence_slots() const { return slots_.sequence_slots(); }
-    std::size_t vocab_size() const { return slots_.vocab_size(); }
-    std::size_t context_length() const { return slots_.context_length(); }
-    std::size_t cached_tokens() const { return slots_.cached_tokens(); }
-    std::size_t cached_tokens(std::size_t slot) const { return slots_.cached_tokens(slot); }
-    specdec::LogitsView forward(std::span<const Token> tokens) { return slots_.forward(tokens); }
-    void truncate(std::size_t n) { slots_.truncate(n); }
-    void truncate(std::size_t slot, std::size_t n) { slots_.truncate(slot, n); }
-
-    specdec::LogitsView forward_batch(std::span<const specdec::SequenceFeed> feeds) {
-        const specdec::LogitsView all = slots_.forward_batch(feeds);
+struct LastFeedFirst {
+    specdec::LogitsView operator()(std::span<const specdec::SequenceFeed> feeds, const specdec::LogitsView& all,
+                                   std::vector<float>& buffer) const {
         std::vector<std::size_t> first{0};
         for (const specdec::SequenceFeed& f : feeds) first.push_back(first.back() + (f.last_row_only ? 1 : f.tokens.size()));
-        rows_.clear();
+        buffer.clear();
         for (std::size_t f = feeds.size(); f-- > 0;) {
-            rows_.insert(rows_.end(), all.data + first[f] * all.row_stride, all.data + first[f + 1] * all.row_stride);
+            buffer.insert(buffer.end(), all.data + first[f] * all.row_stride, all.data + first[f + 1] * all.row_stride);
         }
-        return specdec::dense_logits(rows_, all.rows, all.vocab);
+        return specdec::dense_logits(buffer, all.rows, all.vocab);
     }
-
-private:
-    ToySlots slots_;
-    std::vector<float> rows_;
 };
+using RowsLastFeedFirst = specdec::test::EditedBatchPass<ToyLM, LastFeedFirst>;
 static_assert(specdec::MultiSequenceLM<RowsLastFeedFirst>);
 
 
@@ -496,7 +481,7 @@ TEST_CASE("negative control: a batched pass that returns the feeds' rows last fe
           "[exactness][decoder][batched][negative-control]") {
     constexpr std::size_t k = 4;
     const SamplingOptions sampling{.temperature = 1.0};
-    RowsLastFeedFirst target(target_options());
+    RowsLastFeedFirst target(toy_slots(target_options()));
     ToySlots draft = toy_slots(draft_options());
     const ToyLM reference(target_options());
     ScenarioCounts counts;

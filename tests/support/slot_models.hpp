@@ -9,6 +9,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "specdec/core/error.hpp"
@@ -70,6 +71,32 @@ private:
     std::vector<Model> models_;
     std::vector<float> rows_;
     std::size_t passes_ = 0;
+};
+
+// A MultiSlot whose batched pass is handed back through `Edit`, a callable
+// (feeds, the pass's rows, a buffer it may fill) -> the rows to return: the
+// multi-sequence adapters with a batching bug of the negative controls and
+// misuse tests. Single-sequence calls are the MultiSlot's, unchanged.
+template <CausalLM Model, class Edit>
+class EditedBatchPass {
+public:
+    EditedBatchPass(MultiSlot<Model> slots, Edit edit = {}) : slots_(std::move(slots)), edit_(std::move(edit)) {}
+
+    [[nodiscard]] std::size_t sequence_slots() const { return slots_.sequence_slots(); }
+    [[nodiscard]] std::size_t vocab_size() const { return slots_.vocab_size(); }
+    [[nodiscard]] std::size_t context_length() const { return slots_.context_length(); }
+    [[nodiscard]] std::size_t cached_tokens() const { return slots_.cached_tokens(); }
+    [[nodiscard]] std::size_t cached_tokens(std::size_t slot) const { return slots_.cached_tokens(slot); }
+
+    LogitsView forward(std::span<const Token> tokens) { return slots_.forward(tokens); }
+    void truncate(std::size_t n) { slots_.truncate(n); }
+    void truncate(std::size_t slot, std::size_t n) { slots_.truncate(slot, n); }
+    LogitsView forward_batch(std::span<const SequenceFeed> feeds) { return edit_(feeds, slots_.forward_batch(feeds), rows_); }
+
+private:
+    MultiSlot<Model> slots_;
+    Edit edit_;
+    std::vector<float> rows_;
 };
 
 }  // namespace specdec::test
