@@ -138,3 +138,22 @@ TEST_CASE("forward_and_verify returns the host verification's verdict on the sam
     INFO(disagreements << " of " << cases << " verdicts differ");
     CHECK(disagreements * 100 <= cases);
 }
+
+TEST_CASE("warm_up_widths leaves the cache and the next pass's logits as they were", "[cuda][model]") {
+    SPECDEC_REQUIRE_CUDA_DEVICE();
+    const std::vector<Token> prompt{3, 1, 4, 1, 5, 9};
+    const std::vector<Token> next{2, 6, 5};
+    CudaLlamaModel reference = tiny_model();
+    (void)reference.forward(prompt);
+    const auto expected = copy_rows(reference.forward(next));
+
+    CudaLlamaModel model = tiny_model();
+    (void)model.forward(prompt);
+    model.warm_up_widths(48);  // wider than any pass so far: the activations grow too
+    CHECK(model.cached_tokens() == prompt.size());
+    const LogitsView rows = model.forward(next);
+    REQUIRE(rows.rows == expected.size());
+    // The same shapes on the same weights: equal to fp32 rounding at most.
+    for (std::size_t r = 0; r < expected.size(); ++r) CHECK(max_difference(expected[r], rows.row(r)) <= 1e-4f);
+    CHECK(model.cached_tokens() == prompt.size() + next.size());
+}

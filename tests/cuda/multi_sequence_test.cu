@@ -20,7 +20,9 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "cuda/cuda_test_support.hpp"
@@ -291,4 +293,50 @@ TEST_CASE("the GPU KV cache holds sequences x context x bytes per position, allo
     CHECK(five.sequence_slots() == 5);
     CHECK(five.kv_cache_bytes() == 5 * 16 * per_position);
     CHECK(five.context_length() == 16);  // per slot
+}
+
+TEST_CASE("a model sharing another's device weights computes the same rows with a cache of its own",
+          "[cuda][model][multi_sequence]") {
+    SPECDEC_REQUIRE_CUDA_DEVICE();
+    const std::vector<Token> prompt{1, 17, 200, 3, 3, 42};
+    const std::vector<Token> next{9, 10};
+    // What a model of these weights computes: prompt, then the next tokens.
+    CudaLlamaModel reference = slotted_model(Precision::f32, 1);
+    (void)reference.forward(prompt);
+    const SlotRows expected = rows_of(reference.forward(next));
+
+    std::optional<CudaLlamaModel> base(slotted_model(Precision::f32, 1));
+    CudaLlamaModel shared = base->sharing_weights({.precision = Precision::f32, .max_context = 32, .sequences = 3});
+    CHECK(shared.device_weight_bytes() == base->device_weight_bytes());
+    CHECK(shared.sequence_slots() == 3);
+    CHECK(shared.context_length() == 32);
+    CHECK(shared.kv_cache_bytes() == 3 * 32 * base->kv_bytes_per_position());
+    CHECK(shared.name() == base->name());
+
+    // The shared model's passes leave the base's cache alone, and the other way round.
+    (void)base->forward(prompt);
+    const std::vector<SequenceFeed> feeds{{.slot = 2, .tokens = prompt}};
+    (void)shared.forward_batch(feeds);
+    CHECK(base->cached_tokens() == prompt.size());
+    CHECK(shared.cached_tokens(2) == prompt.size());
+    CHECK(shared.cached_tokens(0) == 0);
+    const SlotRows from_base = rows_of(base->forward(next));
+    REQUIRE(from_base.size() == expected.size());
+    for (std::size_t r = 0; r < expected.size(); ++r) CHECK(largest_difference(from_base[r], expected[r]) <= 1e-4f);
+
+    // The weights outlive the model they were made for.
+    base.reset();
+    const std::vector<SequenceFeed> step{{.slot = 2, .tokens = next}};
+    const SlotRows from_shared = rows_of(shared.forward_batch(step));
+    REQUIRE(from_shared.size() == expected.size());
+    for (std::size_t r = 0; r < expected.size(); ++r) CHECK(largest_difference(from_shared[r], expected[r]) <= 1e-4f);
+
+    // The weights are stored in one precision: asking for another is an error, not a conversion.
+    try {
+        (void)shared.sharing_weights({.precision = Precision::f16});
+        FAIL("no error");
+    } catch (const specdec::Error& error) {
+        CHECK(std::string(error.what()).find("sharing_weights") != std::string::npos);
+        CHECK(std::string(error.what()).find("f32") != std::string::npos);
+    }
 }

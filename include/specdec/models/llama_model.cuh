@@ -108,7 +108,8 @@ struct CudaLlamaState {
     Stream stream;
     CublasHandle cublas{stream.get()};
     DeviceBuffer<std::byte> cublas_workspace;
-    DeviceLlamaWeights weights;
+    // Shared with the models made by CudaLlamaModel::sharing_weights: read-only once uploaded.
+    std::shared_ptr<const DeviceLlamaWeights> shared_weights;
     std::size_t capacity = 0;          // KV cache positions per slot
     std::vector<std::size_t> cached;   // positions currently valid, per slot (slot 0: forward())
     DeviceBuffer<float> kv_cache;      // [slot][layer][key|value][position][kv_dim], fp32
@@ -135,12 +136,14 @@ struct CudaLlamaState {
 
     DeviceVerifier verifier;
 
+    [[nodiscard]] const DeviceLlamaWeights& weights() const noexcept { return *shared_weights; }
+
     // Each slot's layers are contiguous: slot s, layer l starts at block (s x layers + l) x 2.
     [[nodiscard]] float* keys(std::size_t layer, std::size_t slot = 0) {
-        return kv_cache.data() + (2 * (slot * weights.config.layer_count + layer)) * capacity * weights.config.kv_dim();
+        return kv_cache.data() + (2 * (slot * weights().config.layer_count + layer)) * capacity * weights().config.kv_dim();
     }
     [[nodiscard]] float* values(std::size_t layer, std::size_t slot = 0) {
-        return kv_cache.data() + (2 * (slot * weights.config.layer_count + layer) + 1) * capacity * weights.config.kv_dim();
+        return kv_cache.data() + (2 * (slot * weights().config.layer_count + layer) + 1) * capacity * weights().config.kv_dim();
     }
 };
 
@@ -154,7 +157,8 @@ public:
         : name_(std::move(options.name)) {
         detail::require_device("CudaLlamaModel");
         state_ = std::make_unique<detail::CudaLlamaState>();
-        state_->weights = upload_weights(weights, options.precision, state_->stream.get());
+        state_->shared_weights =
+            std::make_shared<const DeviceLlamaWeights>(upload_weights(weights, options.precision, state_->stream.get()));
         initialise(options);
     }
 
@@ -178,8 +182,9 @@ public:
                                     CudaModelOptions options = {}) {
         detail::require_device("CudaLlamaModel::synthetic");
         auto state = std::make_unique<detail::CudaLlamaState>();
-        state->weights = generate_synthetic_weights(shape, seed, layers == 0 ? shape.config.layer_count : layers,
-                                                    options.precision, state->stream.get());
+        state->shared_weights = std::make_shared<const DeviceLlamaWeights>(
+            generate_synthetic_weights(shape, seed, layers == 0 ? shape.config.layer_count : layers, options.precision,
+                                       state->stream.get()));
         if (options.name.empty()) {
             options.name = "cuda-synthetic-" + shape.size + "-" + std::to_string(layers == 0 ? shape.config.layer_count : layers) +
                            "layers-" + precision_name(options.precision) + "-seed" + std::to_string(seed);
@@ -187,10 +192,29 @@ public:
         return CudaLlamaModel(std::move(state), std::move(options));
     }
 
+    // Another model over this one's device weights, not copied: a KV cache,
+    // activations, stream and graphs of its own, sized by `options` (whose
+    // precision must be this model's: the weights are stored in it). The
+    // weights live while any model holding them does. What this is for: several
+    // decoders of one model on one device (a benchmark's variants, a cache
+    // layout per workload) without a copy of the weights each.
+    [[nodiscard]] CudaLlamaModel sharing_weights(CudaModelOptions options) const {
+        if (options.precision != precision()) {
+            throw Error(std::string("cuda backend: sharing_weights: the weights are stored in ") + precision_name(precision()) +
+                        ", not " + precision_name(options.precision));
+        }
+        if (options.name.empty()) options.name = name_;
+        // The weights were written on this model's stream; the new one reads them from its own.
+        SPECDEC_CUDA_CHECK(cudaStreamSynchronize(state_->stream.get()));
+        auto state = std::make_unique<detail::CudaLlamaState>();
+        state->shared_weights = state_->shared_weights;
+        return CudaLlamaModel(std::move(state), std::move(options));
+    }
+
     CudaLlamaModel(CudaLlamaModel&&) noexcept = default;
     CudaLlamaModel& operator=(CudaLlamaModel&&) noexcept = default;
 
-    [[nodiscard]] std::size_t vocab_size() const noexcept { return state_->weights.config.vocab_size; }
+    [[nodiscard]] std::size_t vocab_size() const noexcept { return state_->weights().config.vocab_size; }
     [[nodiscard]] std::size_t context_length() const noexcept { return state_->capacity; }
     [[nodiscard]] std::size_t cached_tokens() const noexcept { return state_->cached[0]; }
     [[nodiscard]] std::size_t sequence_slots() const noexcept { return state_->cached.size(); }
@@ -200,22 +224,37 @@ public:
     }
     // Device memory of one cached position of one slot: every layer's key and value rows, fp32.
     [[nodiscard]] std::size_t kv_bytes_per_position() const noexcept {
-        const LlamaConfig& c = state_->weights.config;
+        const LlamaConfig& c = state_->weights().config;
         return c.layer_count * 2 * c.kv_dim() * sizeof(float);
     }
     // sequence_slots() x context_length() x kv_bytes_per_position(), allocated at construction.
     [[nodiscard]] std::size_t kv_cache_bytes() const noexcept {
         return sequence_slots() * context_length() * kv_bytes_per_position();
     }
-    [[nodiscard]] const LlamaConfig& config() const noexcept { return state_->weights.config; }
-    [[nodiscard]] Precision precision() const noexcept { return state_->weights.precision; }
+    [[nodiscard]] const LlamaConfig& config() const noexcept { return state_->weights().config; }
+    [[nodiscard]] Precision precision() const noexcept { return state_->weights().precision; }
     [[nodiscard]] const std::string& name() const noexcept { return name_; }
-    [[nodiscard]] std::size_t device_weight_bytes() const { return state_->weights.bytes(); }
+    [[nodiscard]] std::size_t device_weight_bytes() const { return state_->weights().bytes(); }
     // Bytes of weights one forward pass streams (all but the embedding table).
     [[nodiscard]] std::size_t bytes_read_per_forward() const {
-        return state_->weights.bytes() - state_->weights.token_embedding.bytes();
+        return state_->weights().bytes() - state_->weights().token_embedding.bytes();
     }
     [[nodiscard]] bool uses_cuda_graphs() const noexcept { return state_->graphs_enabled; }
+
+    // Runs each weight product of a pass once at every width 1..max_tokens,
+    // on zeroed scratch activations; no cache changes. CUDA loads a kernel's
+    // module at the kernel's first launch (lazy loading, its default), and
+    // cuBLAS picks its GEMM kernel by width, so the first pass at a new width
+    // can cost several passes: a policy that times passes (AutoBatchLength,
+    // AutoLength) would take that one-off for what the width costs and keep
+    // away from it. A server calls this once at start for the widths it will
+    // run; specdec-bench --batch does before it times anything.
+    void warm_up_widths(std::size_t max_tokens) {
+        if (max_tokens == 0) return;
+        reserve_rows(max_tokens);
+        detail::dispatch_precision(state_->weights().precision, [&]<class T>() { warm_up_widths_as<T>(max_tokens); });
+        state_->stream.synchronize();
+    }
 
     // O(1): the cache is indexed by absolute position; the next forward
     // overwrites the discarded positions.
@@ -266,7 +305,7 @@ public:
         }
         copy_to_device(s.tokens.data(), s.host_tokens.data(), total, s.stream.get());
         copy_to_device(s.feed_past.data(), s.host_feed_past.data(), feeds.size(), s.stream.get());
-        detail::dispatch_precision(s.weights.precision, [&]<class T>() { enqueue_batch_pass_as<T>(feeds, total); });
+        detail::dispatch_precision(s.weights().precision, [&]<class T>() { enqueue_batch_pass_as<T>(feeds, total); });
         s.host_logits.resize(rows * vocab);
         copy_to_host(s.host_logits.data(), s.logits.data(), rows * vocab, s.stream.get());
         s.stream.synchronize();
@@ -321,7 +360,7 @@ private:
     CudaLlamaModel(DeviceLlamaWeights weights, CudaModelOptions options) : name_(std::move(options.name)) {
         detail::require_device("CudaLlamaModel");
         state_ = std::make_unique<detail::CudaLlamaState>();
-        state_->weights = std::move(weights);
+        state_->shared_weights = std::make_shared<const DeviceLlamaWeights>(std::move(weights));
         initialise(options);
     }
     CudaLlamaModel(std::unique_ptr<detail::CudaLlamaState> state, CudaModelOptions options)
@@ -331,7 +370,7 @@ private:
 
     void initialise(const CudaModelOptions& options) {
         detail::CudaLlamaState& s = *state_;
-        const LlamaConfig& c = s.weights.config;
+        const LlamaConfig& c = s.weights().config;
         c.validate();
         if (c.head_dim() % 2 != 0 || c.head_dim() > static_cast<std::size_t>(detail::kMaxHeadDim)) {
             throw Error("cuda backend: head size " + std::to_string(c.head_dim()) +
@@ -358,7 +397,7 @@ private:
         s.graphs_enabled = options.cuda_graphs;
         if (name_.empty()) {
             name_ = "cuda-llama-" + std::to_string(c.layer_count) + "x" + std::to_string(c.embedding_dim) + "-" +
-                    precision_name(s.weights.precision);
+                    precision_name(s.weights().precision);
         }
     }
 
@@ -393,11 +432,17 @@ private:
 
     // Grows the activation buffers to n rows. Growing moves them, which
     // invalidates every captured graph (graphs hold raw pointers).
+    // Grows the activations (and the pinned logits rows) to at least n tokens,
+    // doubling: a batched decoder's pass widens a few tokens at a time, and
+    // each growth reallocates (cudaMallocHost pins pages, cudaFree
+    // synchronises the device) and drops the captured graphs, a cost that
+    // would land on the timing of every new widest pass.
     void reserve_rows(std::size_t n) {
         detail::CudaLlamaState& s = *state_;
         if (n <= s.rows_capacity) return;
-        const LlamaConfig& c = s.weights.config;
-        const std::size_t element = precision_bytes(s.weights.precision);
+        n = std::max(n, 2 * s.rows_capacity);
+        const LlamaConfig& c = s.weights().config;
+        const std::size_t element = precision_bytes(s.weights().precision);
         const std::size_t dim = c.embedding_dim, kv = c.kv_dim(), ffn = c.feed_forward_dim;
         s.graphs.clear();
         s.warmed_shapes.clear();
@@ -407,6 +452,7 @@ private:
         s.qkv.resize(n * (dim + 2 * kv));
         s.gate_up.resize(n * 2 * ffn);
         s.logits.resize(n * c.vocab_size);
+        s.host_logits.resize(n * c.vocab_size);
         s.normed.resize(n * dim * element);
         s.attention_out.resize(n * dim * element);
         s.hidden.resize(n * ffn * element);
@@ -465,13 +511,38 @@ private:
     }
 
     void enqueue_pass(std::size_t n, std::size_t logit_rows) {
-        detail::dispatch_precision(state_->weights.precision, [&]<class T>() { enqueue_pass_as<T>(n, logit_rows); });
+        detail::dispatch_precision(state_->weights().precision, [&]<class T>() { enqueue_pass_as<T>(n, logit_rows); });
+    }
+
+    template <class T>
+    void warm_up_widths_as(std::size_t max_tokens) {
+        detail::CudaLlamaState& s = *state_;
+        const DeviceLlamaWeights& w = s.weights();
+        const LlamaConfig& c = w.config;
+        const cudaStream_t stream = s.stream.get();
+        const cublasHandle_t blas = s.cublas.get();
+        const int dim = static_cast<int>(c.embedding_dim), kv = static_cast<int>(c.kv_dim());
+        const int ffn = static_cast<int>(c.feed_forward_dim), vocab = static_cast<int>(c.vocab_size);
+        auto as = [](auto& buffer) { return reinterpret_cast<T*>(buffer.data()); };
+        auto weights = [](const DeviceBuffer<std::byte>& buffer) { return reinterpret_cast<const T*>(buffer.data()); };
+        for (auto* buffer : {&s.normed, &s.attention_out, &s.hidden})
+            SPECDEC_CUDA_CHECK(cudaMemsetAsync(buffer->data(), 0, buffer->bytes(), stream));
+        SPECDEC_CUDA_CHECK(cudaMemsetAsync(s.x.data(), 0, s.x.bytes(), stream));
+        // Every layer's products have the first layer's shapes.
+        const DeviceLayerWeights& l = w.layers.front();
+        for (int n = 1; n <= static_cast<int>(max_tokens); ++n) {
+            detail::gemm<T>(blas, weights(l.qkv), as(s.normed), s.qkv.data(), dim + 2 * kv, dim, n, false);
+            detail::gemm<T>(blas, weights(l.attention_output), as(s.attention_out), s.x.data(), dim, dim, n, true);
+            detail::gemm<T>(blas, weights(l.gate_up), as(s.normed), s.gate_up.data(), 2 * ffn, dim, n, false);
+            detail::gemm<T>(blas, weights(l.down), as(s.hidden), s.x.data(), dim, ffn, n, true);
+            detail::gemm<T>(blas, weights(w.output), as(s.normed), s.logits.data(), vocab, dim, n, false);
+        }
     }
 
     template <class T>
     void enqueue_pass_as(std::size_t n_tokens, std::size_t logit_rows) {
         detail::CudaLlamaState& s = *state_;
-        const DeviceLlamaWeights& w = s.weights;
+        const DeviceLlamaWeights& w = s.weights();
         const LlamaConfig& c = w.config;
         const cudaStream_t stream = s.stream.get();
         const cublasHandle_t blas = s.cublas.get();
@@ -519,7 +590,7 @@ private:
     template <class T>
     void enqueue_batch_pass_as(std::span<const SequenceFeed> feeds, std::size_t total) {
         detail::CudaLlamaState& s = *state_;
-        const DeviceLlamaWeights& w = s.weights;
+        const DeviceLlamaWeights& w = s.weights();
         const LlamaConfig& c = w.config;
         const cudaStream_t stream = s.stream.get();
         const cublasHandle_t blas = s.cublas.get();
