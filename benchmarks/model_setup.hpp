@@ -249,6 +249,13 @@ inline void set_up_cuda_gguf(const BenchOptions& options, ModelSetup& setup) {
 
 }  // namespace detail
 
+// A --batch request's cache need: its prompt, its tokens and the longest verification pass.
+[[nodiscard]] inline std::size_t batch_context(const BenchOptions& options, std::size_t model_context) {
+    const std::size_t longest_draft = std::max(options.auto_max_draft_tokens,
+                                               options.draft_tokens.empty() ? std::size_t{1} : options.draft_tokens.back());
+    return std::min(model_context, kSyntheticPromptTokens + options.new_tokens + longest_draft + 2);
+}
+
 // --batch: the embedded pair once (one slot each), from which every decoder
 // of the sweep gets models of its own with B cache slots over the same weights.
 struct BatchModelSetup {
@@ -260,9 +267,9 @@ struct BatchModelSetup {
 
 [[nodiscard]] inline BatchModelSetup set_up_batch_models(const BenchOptions& options) {
     if (!options.uses_synthetic_target() || options.draft_path || options.backend != Backend::cpu)
-        throw UsageError("--batch runs the embedded synthetic pair on the CPU");
+        throw UsageError("--batch on the CPU runs the embedded synthetic pair");
     if (options.synthetic_size != "tiny" && options.synthetic_size != "100m")
-        throw UsageError("--synthetic-size " + options.synthetic_size + " is generated on the GPU only: --batch runs on the CPU");
+        throw UsageError("--synthetic-size " + options.synthetic_size + " is generated on the GPU only: add --backend cuda");
     BatchModelSetup setup;
     setup.pool = std::make_shared<cpu::ThreadPool>(options.threads);
     setup.threads = setup.pool->size();
@@ -270,10 +277,7 @@ struct BatchModelSetup {
     SyntheticOptions synthetic;
     synthetic.size = options.synthetic_size;
     synthetic.thread_pool = setup.pool;
-    // Room for a prompt, its tokens and the longest verification pass.
-    const std::size_t longest_draft = std::max(options.auto_max_draft_tokens,
-                                               options.draft_tokens.empty() ? std::size_t{1} : options.draft_tokens.back());
-    synthetic.max_context = std::min(shape.config.context_length, kSyntheticPromptTokens + options.new_tokens + longest_draft + 2);
+    synthetic.max_context = batch_context(options, shape.config.context_length);
     setup.target = std::make_unique<LlamaModel>(make_synthetic_target(synthetic));
     setup.target_info = describe_llama(*setup.target, true);
     const SyntheticDraftKind kind =
@@ -292,6 +296,48 @@ struct BatchModelSetup {
                                                                      .name = base.name(),
                                                                      .sequences = slots});
 }
+
+#ifdef SPECDEC_BENCH_WITH_CUDA
+// --batch --backend cuda: the CUDA synthetic pair once, generated on the
+// device; every decoder of the sweep gets models sharing its device weights.
+struct CudaBatchModelSetup {
+    std::unique_ptr<cuda::CudaLlamaModel> target, draft;
+    ModelInfo target_info, draft_info;
+    std::string device;
+};
+
+[[nodiscard]] inline CudaBatchModelSetup set_up_cuda_batch_models(const BenchOptions& options) {
+    if (!options.uses_synthetic_target() || options.draft_path)
+        throw UsageError("--batch --backend cuda runs the CUDA synthetic family");
+    if (options.synthetic_draft && *options.synthetic_draft != "early-exit")
+        throw UsageError("--synthetic-draft " + *options.synthetic_draft + ": the CUDA synthetic family derives early-exit drafts only");
+    if (!cuda::available()) throw UsageError("--backend cuda: " + cuda::device_description());
+    CudaBatchModelSetup setup;
+    setup.device = cuda::device_description();
+    cuda::CudaSyntheticOptions synthetic;
+    synthetic.size = options.synthetic_size;
+    synthetic.model.max_context = batch_context(options, cuda::cuda_synthetic_shape(options.synthetic_size).config.context_length);
+    setup.target = std::make_unique<cuda::CudaLlamaModel>(cuda::make_cuda_synthetic_target(synthetic));
+    setup.target_info = detail::describe_cuda(*setup.target, true);
+    setup.draft = std::make_unique<cuda::CudaLlamaModel>(cuda::make_cuda_synthetic_draft(synthetic));
+    setup.draft_info = detail::describe_cuda(*setup.draft, true);
+    // Every width a pass of the sweep can have, its kernels loaded before
+    // anything is timed (the models of the sweep share these weights' shapes).
+    const std::size_t longest_draft = std::max(options.auto_max_draft_tokens,
+                                               options.draft_tokens.empty() ? std::size_t{1} : options.draft_tokens.back());
+    const std::size_t widest = *std::max_element(options.batch_sizes.begin(), options.batch_sizes.end()) * (longest_draft + 1);
+    setup.target->warm_up_widths(widest);
+    setup.draft->warm_up_widths(widest);
+    return setup;
+}
+
+// A model over `base`'s device weights (not copied) with `slots` KV cache
+// slots of base's context each.
+[[nodiscard]] inline std::unique_ptr<cuda::CudaLlamaModel> with_sequence_slots(const cuda::CudaLlamaModel& base, std::size_t slots) {
+    return std::make_unique<cuda::CudaLlamaModel>(base.sharing_weights(
+        {.precision = base.precision(), .max_context = base.context_length(), .name = base.name(), .sequences = slots}));
+}
+#endif
 
 [[nodiscard]] inline ModelSetup set_up_models(const BenchOptions& options) {
     ModelSetup setup;

@@ -146,12 +146,9 @@ int export_gguf(const BenchOptions& options) {
 }
 
 // --batch: the batched-decoding sweep instead of the single-sequence rows.
-int run_batch(const BenchOptions& options) {
-    BatchModelSetup setup = set_up_batch_models(options);
-    MachineInfo machine{cpu_model_name(), setup.threads, "cpu", "", load_average(), hardware_threads()};
-    const BatchModelFactory<specdec::LlamaModel, specdec::LlamaModel> factory{
-        [&](std::size_t slots) { return with_sequence_slots(*setup.target, slots, setup.pool); },
-        [&](std::size_t slots) { return with_sequence_slots(*setup.draft, slots, setup.pool); }};
+template <class Target, class Draft>
+int run_batch_sweep(const BenchOptions& options, const BatchModelFactory<Target, Draft>& factory, std::size_t vocab,
+                    MachineInfo machine, const ModelInfo& target_info, const ModelInfo& draft_info) {
     const BatchSettings settings = batch_settings_of(options);
     if (!options.quiet)
         std::fprintf(stderr, "%zu batch sizes x %zu variants x %zu rounds, %zu requests of %zu tokens per slot...\n", settings.batch_sizes.size(),
@@ -165,13 +162,13 @@ int run_batch(const BenchOptions& options) {
             std::fflush(stderr);
         };
     BatchReport report = run_batch_benchmark(
-        factory, setup.target->vocab_size(), settings,
+        factory, vocab, settings,
         [](std::uint64_t seed, std::size_t vocab, std::size_t tokens) { return seeded_token_prompt(seed, vocab, tokens); },
         progress);
     if (!options.quiet && terminal) std::fprintf(stderr, "\r%60s\r", "");
-    report.machine = machine;
-    report.target = setup.target_info;
-    report.draft = setup.draft_info;
+    report.machine = std::move(machine);
+    report.target = target_info;
+    report.draft = draft_info;
     print_batch_report(std::cout, report,
                        ReportStyle{options.verbose, options.markdown ? ReportFormat::markdown : ReportFormat::text});
     if (options.json_path) {
@@ -183,6 +180,30 @@ int run_batch(const BenchOptions& options) {
         if (!options.quiet) std::cerr << "wrote " << *options.svg_path << "\n";
     }
     return 0;
+}
+
+int run_batch(const BenchOptions& options) {
+    if (options.backend == Backend::cuda) {
+#ifdef SPECDEC_BENCH_WITH_CUDA
+        CudaBatchModelSetup setup = set_up_cuda_batch_models(options);
+        const BatchModelFactory<specdec::cuda::CudaLlamaModel, specdec::cuda::CudaLlamaModel> factory{
+            [&](std::size_t slots) { return with_sequence_slots(*setup.target, slots); },
+            [&](std::size_t slots) { return with_sequence_slots(*setup.draft, slots); }};
+        // One host thread drives the device.
+        return run_batch_sweep(options, factory, setup.target->vocab_size(),
+                               MachineInfo{cpu_model_name(), 1, "cuda", setup.device, load_average(), hardware_threads()},
+                               setup.target_info, setup.draft_info);
+#else
+        throw UsageError("--backend cuda: this specdec-bench was built without CUDA (configure with -DSPECDEC_CUDA=ON)");
+#endif
+    }
+    BatchModelSetup setup = set_up_batch_models(options);
+    const BatchModelFactory<specdec::LlamaModel, specdec::LlamaModel> factory{
+        [&](std::size_t slots) { return with_sequence_slots(*setup.target, slots, setup.pool); },
+        [&](std::size_t slots) { return with_sequence_slots(*setup.draft, slots, setup.pool); }};
+    return run_batch_sweep(options, factory, setup.target->vocab_size(),
+                           MachineInfo{cpu_model_name(), setup.threads, "cpu", "", load_average(), hardware_threads()},
+                           setup.target_info, setup.draft_info);
 }
 
 // --engine llama.cpp: the same rows, with llama.cpp running the GGUF models.

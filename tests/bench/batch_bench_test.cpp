@@ -110,7 +110,7 @@ TEST_CASE("bad batch lists and setups the sweep cannot run are usage errors", "[
         {"--batch", "2", "--temperatures", "0,1"},
         {"--batch", "2", "--tree", "auto"},
         {"--batch", "2", "--draft", "prompt-lookup"},
-        {"--batch", "2", "--backend", "cuda"},
+        {"--batch", "2", "--export-gguf", "."},
     };
     for (const auto& arguments : bad) {
         std::string joined;
