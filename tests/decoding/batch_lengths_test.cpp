@@ -20,12 +20,15 @@ using specdec::SequenceOutcome;
 
 // A scripted machine: a target pass of n tokens costs base + per_token n, a
 // draft round 0.002 s, a verified row nothing; a sequence's drafts are
-// accepted up to the next position where step + sequence + position is 2
-// mod 3 (acceptance 2/3, 1/2, then 0: drafts beyond the second never pay); and a step that drafts at all costs `hidden` seconds more that
-// no timing of the outcome accounts for (a draft cache catching up, say).
+// accepted up to the next position where step + sequence + position is
+// period - 1 mod period (period 3: acceptance 2/3, 1/2, then 0, so drafts
+// beyond the second never pay); and a step that drafts at all costs `hidden`
+// seconds more that no timing of the outcome accounts for (a draft cache
+// catching up, say).
 struct ScriptedBatch {
     double base = 0.010, per_token = 0.0, hidden = 0.0;
     std::size_t sequences = 8, cap = 4;
+    std::size_t period = 3;  // drafts are accepted up to the position where step + sequence + position is period - 1
 
     struct Counts {
         std::size_t steps = 0, drafting_steps = 0, drafts = 0;
@@ -47,7 +50,7 @@ struct ScriptedBatch {
                 REQUIRE(lengths[i] <= cap);
                 const std::size_t k = lengths[i];
                 std::size_t accepted = 0;
-                while (accepted < k && (step + i + accepted) % 3 != 2) ++accepted;
+                while (accepted < k && (step + i + accepted) % period != period - 1) ++accepted;
                 outcomes.push_back({i, k, accepted});
                 width += k + 1;
                 most = std::max(most, k);
@@ -113,4 +116,26 @@ TEST_CASE("AutoBatchLength stops drafting when its drafting steps were slower th
     AutoBatchLength other;
     const auto drafted = worth_it.run(other, 400, 100);
     CHECK(drafted.drafting_steps >= drafted.steps * 9 / 10);
+}
+
+TEST_CASE("AutoBatchLength climbs to long drafts where the pass stays flat far past the widths it timed", "[batch_lengths]") {
+    // A GPU's pass: 32 sequences, 16 ms for the pass whatever its width (up to
+    // +4.5 ms at 224 tokens), acceptance 7/8, 6/7, ... per position: the best
+    // plans draft 5-6 per sequence (about 4400 tokens/s against 1900 plain).
+    // Warm-up times widths up to 40 only, and past the widest timed width V
+    // is extrapolated as compute-bound, so the plan must widen its own range.
+    const ScriptedBatch gpu{.base = 0.016, .per_token = 0.00002, .sequences = 32, .cap = 6, .period = 8};
+    // From step 20 of 60 (a few requests' worth of steps):
+    AutoBatchLength policy;
+    const auto counts = gpu.run(policy, 60, 20);
+    CHECK(counts.drafts >= counts.steps * gpu.sequences * 4);  // a mean of 4 drafts or more per sequence
+
+    // Negative control: without the widening steps the same machine leaves
+    // the plan near the widths warm-up timed (the exploring steps' one more
+    // draft every 32 steps climbs there in hundreds of steps).
+    AutoBatchLength::Options options;
+    options.widen_every = 0;
+    AutoBatchLength timid(options);
+    const auto stuck = gpu.run(timid, 60, 20);
+    CHECK(stuck.drafts < stuck.steps * gpu.sequences * 2);
 }

@@ -101,7 +101,11 @@ struct FixedBatchLength {
 // sequence than planned (when none drafts, one sequence drafts one token: the
 // width just above the plain pass and the acceptance stay measured at the
 // price of one row), or, in turn, none at all (a plain step: V at the
-// batch's own width stays timed at the machine's current speed).
+// batch's own width stays timed at the machine's current speed). Where
+// the pass has stayed flat over the widths timed so far and the plan reaches
+// the widest of them, one step in widen_every drafts out to twice that width
+// (widen_past_timed): a GPU's pass, flat far past what warm-up times, is then
+// timed out to the widths worth drafting in a few steps, not hundreds.
 // A check on the model: the tokens per second the plain steps and the steps
 // that drafted by plan actually reached, by batch size. Where drafting has
 // recently been the slower of the two (costs the model does not see, such as
@@ -115,6 +119,7 @@ public:
         std::size_t warmup_length = 4;
         std::size_t warmup_rows = 8;    // draft rows a warm-up or exploration step adds at most
         std::size_t explore_every = 16;
+        std::size_t widen_every = 4;    // a step in this many may time a pass twice the widest timed (see widen_past_timed)
         double decay = 0.98;            // per-step weight of older samples
         double prior_strength = 4.0;    // pseudo-samples pulling a request's a_m to the pooled one
     };
@@ -161,6 +166,11 @@ public:
             // plan as it is, so that the comparison stays current.
             if (up) return;
             std::fill(lengths.begin(), lengths.end(), 0);
+            step_kind_ = StepKind::other;
+            return;
+        }
+        if (!explore && options_.widen_every > 0 && steps_ % options_.widen_every == options_.widen_every / 2 &&
+            widen_past_timed(queries, lengths)) {
             step_kind_ = StepKind::other;
             return;
         }
@@ -293,6 +303,38 @@ private:
         const ModeRates& r = rates_[n];
         return r.plain.samples() >= 3 && r.planned_drafts.samples() >= 4 &&
                r.planned_drafts.value() < r.plain.value();
+    }
+
+    // Past the widest timed width w, V is extrapolated as if the pass were
+    // compute-bound from w on (PassCostCurve::at), which keeps the search
+    // inside the widths it has timed. Where the pass is flat instead (a GPU's,
+    // bound by streaming the weights and by launches), climbing by the
+    // exploring steps' one more draft per sequence would take hundreds of
+    // steps to reach the widths that cost no more than one token. So when the
+    // plan reaches into the top quarter of the timed range and V rose over
+    // that range less than half as fast as a compute-bound pass would, one
+    // step is drafted out to twice w (or as far as the caps allow), one more
+    // draft at a time to the shortest lengths. Its timing then settles what
+    // the wider plans cost; where the pass turns out compute-bound, the test
+    // fails from then on. Only timings and caps are read: exact as any plan.
+    bool widen_past_timed(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths) const {
+        const std::size_t narrowest = target_.narrowest(), widest = target_.widest();
+        if (widest <= narrowest) return false;
+        std::size_t width = queries.size(), room = queries.size();
+        for (std::size_t i = 0; i < queries.size(); ++i) width += lengths[i], room += queries[i].cap;
+        const std::size_t goal = std::min(room, 2 * widest);
+        if (4 * width < 3 * widest || goal <= widest) return false;
+        const double wide = target_.at(widest), narrow = target_.at(narrowest);
+        if (!((wide - narrow) * static_cast<double>(widest) < 0.5 * wide * static_cast<double>(widest - narrowest))) return false;
+        while (width < goal) {
+            std::size_t shortest = queries.size();
+            for (std::size_t i = 0; i < queries.size(); ++i)
+                if (lengths[i] < queries[i].cap && (shortest == queries.size() || lengths[i] < lengths[shortest])) shortest = i;
+            if (shortest == queries.size()) break;
+            ++lengths[shortest];
+            ++width;
+        }
+        return true;
     }
 
     // `length` drafts for as many sequences as warmup_rows allows (at least

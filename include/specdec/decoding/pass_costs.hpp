@@ -126,6 +126,18 @@ public:
         return at(n);
     }
 
+    // The narrowest and the widest width with a fresh timing; 0 before any.
+    [[nodiscard]] std::size_t narrowest() const {
+        for (std::size_t w = 1; w < fit_.size(); ++w)
+            if (fit_[w] >= 0.0) return w;
+        return 0;
+    }
+    [[nodiscard]] std::size_t widest() const {
+        for (std::size_t w = fit_.size(); w-- > 1;)
+            if (fit_[w] >= 0.0) return w;
+        return 0;
+    }
+
 private:
     void refit() {
         struct Block {
