@@ -355,6 +355,32 @@ TEST_CASE("batched decoding is exact per request when AutoBatchLength's check ag
     CHECK(counts.lengths[k] > 0);          // and the probes still drafted to the deepest position
 }
 
+TEST_CASE("batched decoding is exact per request when AutoBatchLength widens past the widths it has timed (a flat "
+          "pass)",
+          "[exactness][decoder][batched][length-policy]") {
+    constexpr std::size_t k = 4;
+    const SamplingOptions sampling{.temperature = 1.0};
+    // Without exploring steps, so that every drafting step past warm-up is
+    // the plan or a widening step; a pass nearly flat in its width, as on a
+    // GPU: widening steps then draft out to twice the widest timed width.
+    specdec::AutoBatchLength policy({.warmup_steps = 6, .warmup_length = 1, .explore_every = 0});
+    ScenarioCounts counts;
+    const std::function<ScriptedCosts()> flat = [&] {
+        return ScriptedCosts{.policy = &policy, .per_token = 0.0005, .per_token_squared = 0.0};
+    };
+    check_exact(draft_model_report<specdec::TokenwiseRejection>("batched, token-wise, auto widening", sampling, k, flat,
+                                                                counts),
+                k);
+    check_batched(counts);
+    std::ostringstream lengths;
+    for (std::size_t n = 0; n < counts.lengths.size(); ++n) lengths << ' ' << n << ':' << counts.lengths[n];
+    INFO("measured request's draft lengths (length:steps):" << lengths.str() << "; widened steps "
+                                                            << policy.widened_steps());
+    CHECK(policy.widened_steps() > 0);
+    REQUIRE(counts.lengths.size() == k + 1);
+    CHECK(counts.lengths[k] > 0);  // the deepest position was reached
+}
+
 // The measured request (the third run_with_mates submits) verifies with block
 // verification, every mate with token-wise rejection, in the same passes.
 class MixedRules {

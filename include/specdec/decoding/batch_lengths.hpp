@@ -171,6 +171,7 @@ public:
         }
         if (!explore && options_.widen_every > 0 && steps_ % options_.widen_every == options_.widen_every / 2 &&
             widen_past_timed(queries, lengths)) {
+            ++widened_;
             step_kind_ = StepKind::other;
             return;
         }
@@ -231,6 +232,8 @@ public:
         return pooled_chain_[std::min(m, pooled_chain_.size() - 1)];
     }
     [[nodiscard]] std::size_t steps_observed() const { return steps_; }
+    // Steps planned by widen_past_timed (drafting past the widest timed width).
+    [[nodiscard]] std::size_t widened_steps() const { return widened_; }
 
 private:
     // A request's own decayed counts by draft position.
@@ -422,7 +425,7 @@ private:
     }
 
     Options options_;
-    std::size_t steps_ = 0, explorations_ = 0, rotation_ = 0;
+    std::size_t steps_ = 0, explorations_ = 0, rotation_ = 0, widened_ = 0;
     AcceptanceEstimate pooled_;
     std::vector<double> pooled_chain_;
     std::unordered_map<std::uint64_t, Counts> requests_;
