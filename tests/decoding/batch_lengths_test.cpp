@@ -22,13 +22,16 @@ using specdec::SequenceOutcome;
 // draft round 0.002 s, a verified row nothing; a sequence's drafts are
 // accepted up to the next position where step + sequence + position is
 // period - 1 mod period (period 3: acceptance 2/3, 1/2, then 0, so drafts
-// beyond the second never pay); and a step that drafts at all costs `hidden`
-// seconds more that no timing of the outcome accounts for (a draft cache
-// catching up, say).
+// beyond the second never pay); a step that drafts at all before step
+// hidden_until costs `hidden` seconds more that no timing of the outcome
+// accounts for; and a sequence that drafts after steps without drafting
+// catches its draft cache up in the first draft round, `catch_up` seconds for
+// each token beyond the two a step commits (one per step it did not draft).
 struct ScriptedBatch {
-    double base = 0.010, per_token = 0.0, hidden = 0.0;
+    double base = 0.010, per_token = 0.0, hidden = 0.0, catch_up = 0.0;
     std::size_t sequences = 8, cap = 4;
     std::size_t period = 3;  // drafts are accepted up to the position where step + sequence + position is period - 1
+    std::size_t hidden_until = static_cast<std::size_t>(-1);
 
     struct Counts {
         std::size_t steps = 0, drafting_steps = 0, drafts = 0;
@@ -42,6 +45,7 @@ struct ScriptedBatch {
         std::vector<SequenceOutcome> outcomes;
         std::vector<std::size_t> round_widths;
         std::vector<double> round_seconds;
+        std::vector<std::size_t> last_drafted(sequences, 0);
         for (std::size_t step = 0; step < steps; ++step) {
             policy.plan(queries, lengths);
             outcomes.clear();
@@ -63,10 +67,18 @@ struct ScriptedBatch {
                     std::count_if(lengths.begin(), lengths.end(), [r](std::size_t k) { return k > r; })));
                 round_seconds.push_back(0.002);
             }
+            std::size_t lagging = 0;  // tokens the first round catches up on
+            for (std::size_t i = 0; i < sequences; ++i) {
+                if (lengths[i] == 0) continue;
+                lagging += step - last_drafted[i] > 1 ? step - last_drafted[i] - 1 : 0;
+                last_drafted[i] = step;
+            }
+            if (most > 0) round_seconds[0] += catch_up * static_cast<double>(lagging);
             const double target = base + per_token * static_cast<double>(width);
-            double total = target + 0.002 * static_cast<double>(most);
-            if (drafts > 0) total += hidden;
-            policy.observe(BatchOutcome{outcomes, width, target, round_widths, round_seconds, false, 0.0, total});
+            double total = target;
+            for (const double seconds : round_seconds) total += seconds;
+            if (drafts > 0 && step < hidden_until) total += hidden;
+            policy.observe(BatchOutcome{outcomes, width, target, round_widths, round_seconds, lagging > 0, 0.0, total});
             if (step >= counted_from) {
                 ++counts.steps;
                 counts.drafting_steps += drafts > 0 ? 1 : 0;
@@ -138,4 +150,28 @@ TEST_CASE("AutoBatchLength climbs to long drafts where the pass stays flat far p
     AutoBatchLength timid(options);
     const auto stuck = gpu.run(timid, 60, 20);
     CHECK(stuck.drafts < stuck.steps * gpu.sequences * 2);
+}
+
+TEST_CASE("AutoBatchLength resumes drafting once what vetoed it has passed, its probes not charged for the catch-up "
+          "the veto caused",
+          "[batch_lengths]") {
+    // Four requests on a CPU-like pass where drafting one token each pays
+    // (about +20%), but every drafting step of the first 40 costs 30 ms more
+    // than its timings say: the check against realized rates vetoes the plan.
+    // A request that drafts after plain steps catches its draft cache up on
+    // every token they committed (0.5 ms a token), so each probe of the
+    // vetoed plan pays for the stretch of plain steps before it.
+    const ScriptedBatch transient{.base = 0.012, .per_token = 0.0009, .hidden = 0.030, .catch_up = 0.0005, .sequences = 4,
+                                  .cap = 4, .hidden_until = 40};
+    AutoBatchLength policy;
+    const auto counts = transient.run(policy, 240, 80);
+    CHECK(counts.drafting_steps >= counts.steps * 9 / 10);
+
+    // Negative control: the same machine with the extra cost lasting to the end
+    // keeps the veto, drafting at its probes only.
+    ScriptedBatch lasting = transient;
+    lasting.hidden_until = 240;
+    AutoBatchLength vetoed;
+    const auto plain = lasting.run(vetoed, 240, 80);
+    CHECK(plain.drafting_steps <= plain.steps / 16 + 1);
 }

@@ -111,7 +111,8 @@ struct FixedBatchLength {
 // recently been the slower of the two (costs the model does not see, such as
 // a lagging draft cache catching up, or timings that read a width as cheaper
 // than it is), the step runs plain; an exploring step still runs the plan,
-// so that the comparison follows the machine and the requests.
+// so that the comparison follows the machine and the requests, and one that
+// beats the plain steps (the catch-up the veto caused aside) ends the veto.
 class AutoBatchLength {
 public:
     struct Options {
@@ -164,7 +165,10 @@ public:
             // adds than their noisy timings said) outweigh its estimate. A
             // plain step instead, but for the exploring steps that probe the
             // plan as it is, so that the comparison stays current.
-            if (up) return;
+            if (up) {
+                step_kind_ = StepKind::vetoed_probe;
+                return;
+            }
             std::fill(lengths.begin(), lengths.end(), 0);
             step_kind_ = StepKind::other;
             return;
@@ -261,6 +265,10 @@ private:
             next_ = (next_ + 1) % tokens_.size();
             count_ = std::min(count_ + 1, tokens_.size());
         }
+        void restart(double tokens, double seconds) {
+            count_ = next_ = 0;
+            add(tokens, seconds);
+        }
         [[nodiscard]] std::size_t samples() const { return count_; }
         [[nodiscard]] double value() const {
             double tokens = 0.0, seconds = 0.0;
@@ -278,7 +286,7 @@ private:
     struct ModeRates {
         RecentRate plain, planned_drafts;
     };
-    enum class StepKind { other, planned_drafts };
+    enum class StepKind { other, planned_drafts, vetoed_probe };
 
     void record_rate(const BatchOutcome& outcome) {
         const std::size_t n = outcome.sequences.size();
@@ -294,8 +302,35 @@ private:
             rates_[n].plain.add(tokens, outcome.total_seconds);
         } else if (step_kind_ == StepKind::planned_drafts) {
             rates_[n].planned_drafts.add(tokens, outcome.total_seconds);
+        } else if (step_kind_ == StepKind::vetoed_probe) {
+            // A probe that beats the plain steps ends the veto: the drafting
+            // steps that caused it are history, and the plan runs again until
+            // its own steps say otherwise. A probe that loses is one more
+            // sample against the plan.
+            ModeRates& r = rates_[n];
+            const double seconds = probe_seconds(outcome);
+            if (r.plain.samples() > 0 && tokens / seconds >= r.plain.value()) {
+                r.planned_drafts.restart(tokens, seconds);
+            } else {
+                r.planned_drafts.add(tokens, seconds);
+            }
         }
         step_kind_ = StepKind::other;
+    }
+
+    // A probe of a vetoed plan follows a stretch of plain steps, so its first
+    // draft round catches every drafting request's draft cache up on all the
+    // tokens those steps committed: a cost of having stopped drafting, which
+    // the plan's own steps, one after another, do not pay. Counted in full it
+    // makes every probe lose however well the plan would run, and the veto
+    // never lifts. So that round counts at what a round of its width costs
+    // (D). A plan's own steps keep their catch-up: a plan that drafts for a
+    // rotating few requests pays it every step.
+    [[nodiscard]] double probe_seconds(const BatchOutcome& outcome) const {
+        if (!outcome.first_round_caught_up || outcome.draft_round_seconds.empty()) return outcome.total_seconds;
+        const double usual = draft_round_.at_or_above(outcome.draft_round_widths.front());
+        if (usual < 0.0) return outcome.total_seconds;
+        return outcome.total_seconds - outcome.draft_round_seconds.front() + std::min(usual, outcome.draft_round_seconds.front());
     }
 
     // Whether the recent steps that drafted by plan were slower than the
