@@ -200,11 +200,15 @@ inline void set_up_cpu_synthetic(const BenchOptions& options, ModelSetup& setup,
                      llama_parameter_count(model.config()), model.device_weight_bytes(), synthetic};
 }
 
-inline void set_up_cuda_synthetic(const BenchOptions& options, ModelSetup& setup) {
-    if (options.prompt) throw UsageError("--prompt needs --target FILE.gguf: the synthetic models have no tokenizer");
+inline void require_cuda_synthetic_draft(const BenchOptions& options) {
     if (options.synthetic_draft && *options.synthetic_draft != "early-exit")
         throw UsageError("--synthetic-draft " + *options.synthetic_draft +
                          ": the CUDA synthetic family derives early-exit drafts only");
+}
+
+inline void set_up_cuda_synthetic(const BenchOptions& options, ModelSetup& setup) {
+    if (options.prompt) throw UsageError("--prompt needs --target FILE.gguf: the synthetic models have no tokenizer");
+    require_cuda_synthetic_draft(options);
     cuda::CudaSyntheticOptions synthetic;
     synthetic.size = options.synthetic_size;
     synthetic.model.max_context = context_needed(options, kSyntheticPromptTokens);
@@ -249,11 +253,15 @@ inline void set_up_cuda_gguf(const BenchOptions& options, ModelSetup& setup) {
 
 }  // namespace detail
 
+// The most drafts a --batch request holds: the longest fixed k or auto's cap
+// (the sweep always runs auto).
+[[nodiscard]] inline std::size_t batch_longest_draft(const BenchOptions& options) {
+    return std::max(options.auto_max_draft_tokens, options.draft_tokens.empty() ? std::size_t{1} : options.draft_tokens.back());
+}
+
 // A --batch request's cache need: its prompt, its tokens and the longest verification pass.
 [[nodiscard]] inline std::size_t batch_context(const BenchOptions& options, std::size_t model_context) {
-    const std::size_t longest_draft = std::max(options.auto_max_draft_tokens,
-                                               options.draft_tokens.empty() ? std::size_t{1} : options.draft_tokens.back());
-    return std::min(model_context, kSyntheticPromptTokens + options.new_tokens + longest_draft + 2);
+    return std::min(model_context, kSyntheticPromptTokens + options.new_tokens + batch_longest_draft(options) + 2);
 }
 
 // --batch: the embedded pair once (one slot each), from which every decoder
@@ -309,8 +317,7 @@ struct CudaBatchModelSetup {
 [[nodiscard]] inline CudaBatchModelSetup set_up_cuda_batch_models(const BenchOptions& options) {
     if (!options.uses_synthetic_target() || options.draft_path)
         throw UsageError("--batch --backend cuda runs the CUDA synthetic family");
-    if (options.synthetic_draft && *options.synthetic_draft != "early-exit")
-        throw UsageError("--synthetic-draft " + *options.synthetic_draft + ": the CUDA synthetic family derives early-exit drafts only");
+    detail::require_cuda_synthetic_draft(options);
     if (!cuda::available()) throw UsageError("--backend cuda: " + cuda::device_description());
     CudaBatchModelSetup setup;
     setup.device = cuda::device_description();
@@ -323,9 +330,8 @@ struct CudaBatchModelSetup {
     setup.draft_info = detail::describe_cuda(*setup.draft, true);
     // Every width a pass of the sweep can have, its kernels loaded before
     // anything is timed (the models of the sweep share these weights' shapes).
-    const std::size_t longest_draft = std::max(options.auto_max_draft_tokens,
-                                               options.draft_tokens.empty() ? std::size_t{1} : options.draft_tokens.back());
-    const std::size_t widest = *std::max_element(options.batch_sizes.begin(), options.batch_sizes.end()) * (longest_draft + 1);
+    const std::size_t widest =
+        *std::max_element(options.batch_sizes.begin(), options.batch_sizes.end()) * (batch_longest_draft(options) + 1);
     setup.target->warm_up_widths(widest);
     setup.draft->warm_up_widths(widest);
     return setup;

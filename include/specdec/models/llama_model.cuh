@@ -124,7 +124,7 @@ struct CudaLlamaState {
     DeviceBuffer<int> past;
     DeviceBuffer<float> x, qkv, gate_up, logits;
     DeviceBuffer<std::byte> normed, attention_out, hidden;  // GEMM inputs in the weights' precision
-    PinnedBuffer<float> host_logits;
+    PinnedBuffer<float> host_logits;  // rows_capacity rows, as logits (reserve_rows)
     // forward_batch's cached positions per feed: apart from `past`, whose
     // address the captured single-sequence graphs hold.
     PinnedBuffer<int> host_feed_past;
@@ -306,7 +306,6 @@ public:
         copy_to_device(s.tokens.data(), s.host_tokens.data(), total, s.stream.get());
         copy_to_device(s.feed_past.data(), s.host_feed_past.data(), feeds.size(), s.stream.get());
         detail::dispatch_precision(s.weights().precision, [&]<class T>() { enqueue_batch_pass_as<T>(feeds, total); });
-        s.host_logits.resize(rows * vocab);
         copy_to_host(s.host_logits.data(), s.logits.data(), rows * vocab, s.stream.get());
         s.stream.synchronize();
         for (const SequenceFeed& feed : feeds) s.cached[feed.slot] += feed.tokens.size();
@@ -321,7 +320,6 @@ public:
         if (n == 0) return LogitsView{state_->host_logits.data(), 0, vocab, vocab};
         run(tokens, n);
         detail::CudaLlamaState& s = *state_;
-        s.host_logits.resize(n * vocab);
         copy_to_host(s.host_logits.data(), s.logits.data(), n * vocab, s.stream.get());
         s.stream.synchronize();
         s.cached[0] += n;
