@@ -173,6 +173,7 @@ struct ScriptedCosts {
     double per_token = 0.01, per_token_squared = 0.002;
     double round_base = 0.05, round_per_sequence = 0.01;
     double hidden_drafting_seconds = 0.0;
+    std::size_t hidden_until_step = static_cast<std::size_t>(-1);  // the policy's steps the hidden cost lasts
     std::vector<double> round_seconds{};
 
     void plan(std::span<const specdec::SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
@@ -191,7 +192,8 @@ struct ScriptedCosts {
         outcome.draft_round_seconds = round_seconds;
         outcome.acceptance_seconds = 0.001 * n;
         outcome.total_seconds = outcome.target_seconds + drafting + outcome.acceptance_seconds;
-        if (!outcome.draft_round_widths.empty()) outcome.total_seconds += hidden_drafting_seconds;
+        if (!outcome.draft_round_widths.empty() && policy->steps_observed() < hidden_until_step)
+            outcome.total_seconds += hidden_drafting_seconds;
         policy->observe(outcome);
     }
     void forget(std::uint64_t id) { policy->forget(id); }
@@ -353,6 +355,30 @@ TEST_CASE("batched decoding is exact per request when AutoBatchLength's check ag
     REQUIRE(counts.lengths.size() == k + 1);
     CHECK(counts.lengths[0] * 2 > steps);  // mostly plain steps: the check vetoed the plans
     CHECK(counts.lengths[k] > 0);          // and the probes still drafted to the deepest position
+}
+
+TEST_CASE("batched decoding is exact per request when AutoBatchLength's veto lifts again once a probe beats the "
+          "plain steps",
+          "[exactness][decoder][batched][length-policy]") {
+    constexpr std::size_t k = 4;
+    const SamplingOptions sampling{.temperature = 1.0};
+    specdec::AutoBatchLength policy = deep_auto_policy(k);
+    ScenarioCounts counts;
+    // Drafting steps cost 5 s more than their timings say for the policy's
+    // first 60 steps, then nothing: the plan is vetoed, and lifted by a probe.
+    const std::function<ScriptedCosts()> transient = [&] {
+        return ScriptedCosts{.policy = &policy, .hidden_drafting_seconds = 5.0, .hidden_until_step = 60};
+    };
+    check_exact(draft_model_report<specdec::TokenwiseRejection>("batched, token-wise, auto veto lifted", sampling, k,
+                                                                transient, counts),
+                k);
+    check_batched(counts);
+    std::ostringstream lengths;
+    for (std::size_t n = 0; n < counts.lengths.size(); ++n) lengths << ' ' << n << ':' << counts.lengths[n];
+    INFO("measured request's draft lengths (length:steps):" << lengths.str() << "; veto lifts " << policy.veto_lifts());
+    CHECK(policy.veto_lifts() > 0);
+    REQUIRE(counts.lengths.size() == k + 1);
+    CHECK(counts.lengths[k] > 0);  // the deepest position was reached
 }
 
 TEST_CASE("batched decoding is exact per request when AutoBatchLength widens past the widths it has timed (a flat "

@@ -238,6 +238,8 @@ public:
     [[nodiscard]] std::size_t steps_observed() const { return steps_; }
     // Steps planned by widen_past_timed (drafting past the widest timed width).
     [[nodiscard]] std::size_t widened_steps() const { return widened_; }
+    // Probes of a vetoed plan that beat the plain steps and ended the veto.
+    [[nodiscard]] std::size_t veto_lifts() const { return veto_lifts_; }
 
 private:
     // A request's own decayed counts by draft position.
@@ -311,6 +313,7 @@ private:
             const double seconds = probe_seconds(outcome);
             if (r.plain.samples() > 0 && tokens / seconds >= r.plain.value()) {
                 r.planned_drafts.restart(tokens, seconds);
+                ++veto_lifts_;
             } else {
                 r.planned_drafts.add(tokens, seconds);
             }
@@ -460,7 +463,7 @@ private:
     }
 
     Options options_;
-    std::size_t steps_ = 0, explorations_ = 0, rotation_ = 0, widened_ = 0;
+    std::size_t steps_ = 0, explorations_ = 0, rotation_ = 0, widened_ = 0, veto_lifts_ = 0;
     AcceptanceEstimate pooled_;
     std::vector<double> pooled_chain_;
     std::unordered_map<std::uint64_t, Counts> requests_;
