@@ -302,6 +302,25 @@ TEST_CASE("batched decoding with penalties and logit bias is exact per request a
     check_batched(counts);
 }
 
+// The measured request's draft lengths, as " length:steps" pairs.
+std::string draft_lengths_text(const ScenarioCounts& counts) {
+    std::ostringstream lengths;
+    for (std::size_t n = 0; n < counts.lengths.size(); ++n) lengths << ' ' << n << ':' << counts.lengths[n];
+    return lengths.str();
+}
+
+// The measured request with token-wise rejection at T = 1 and k drafts among
+// batch mates, an AutoBatchLength planning under `costs`: checked exact and
+// batched; returns what the samples counted.
+ScenarioCounts exact_under_scripted_auto(const std::string& name, std::size_t k,
+                                         const std::function<ScriptedCosts()>& costs) {
+    ScenarioCounts counts;
+    check_exact(draft_model_report<specdec::TokenwiseRejection>(name, SamplingOptions{.temperature = 1.0}, k, costs, counts),
+                k);
+    check_batched(counts);
+    return counts;
+}
+
 TEST_CASE("batched decoding with a draft model is exact per request among batch mates: AutoBatchLength drafting to the "
           "deepest position",
           "[exactness][decoder][batched][length-policy]") {
@@ -319,11 +338,10 @@ TEST_CASE("batched decoding with a draft model is exact per request among batch 
     // The policy chose the measured request's lengths, not only its cap: the
     // first step (cap 4) drafted 4 in some samples and fewer in others.
     for (const ScenarioCounts* counts : {&tokenwise, &block}) {
-        std::ostringstream lengths;
-        for (std::size_t n = 0; n < counts->lengths.size(); ++n) lengths << ' ' << n << ':' << counts->lengths[n];
-        INFO("measured request's draft lengths (length:steps):" << lengths.str());
+        const std::string lengths = draft_lengths_text(*counts);
+        INFO("measured request's draft lengths (length:steps):" << lengths);
         if (const char* verbose = std::getenv("SPECDEC_EXACTNESS_REPORT"); verbose != nullptr && *verbose != '\0')
-            std::cout << "exactness: measured request's draft lengths (length:steps):" << lengths.str() << '\n';
+            std::cout << "exactness: measured request's draft lengths (length:steps):" << lengths << '\n';
         REQUIRE(counts->lengths.size() == k + 1);
         CHECK(counts->lengths[k] > 0);
         CHECK(counts->lengths[k] < counts->samples);
@@ -335,23 +353,15 @@ TEST_CASE("batched decoding is exact per request when AutoBatchLength's check ag
           "plain steps, its probes drafting to the deepest position",
           "[exactness][decoder][batched][length-policy]") {
     constexpr std::size_t k = 4;
-    const SamplingOptions sampling{.temperature = 1.0};
     specdec::AutoBatchLength policy = deep_auto_policy(k);
-    ScenarioCounts counts;
     // Drafting steps cost 5 s more than their timings say: after warm-up the
     // plans that draft are vetoed but for the exploring steps that probe them.
-    const std::function<ScriptedCosts()> misled = [&] {
+    const ScenarioCounts counts = exact_under_scripted_auto("batched, token-wise, auto vetoed", k, [&] {
         return ScriptedCosts{.policy = &policy, .hidden_drafting_seconds = 5.0};
-    };
-    check_exact(draft_model_report<specdec::TokenwiseRejection>("batched, token-wise, auto vetoed", sampling, k, misled,
-                                                                counts),
-                k);
-    check_batched(counts);
+    });
     std::size_t steps = 0;
     for (const std::size_t n : counts.lengths) steps += n;
-    std::ostringstream lengths;
-    for (std::size_t n = 0; n < counts.lengths.size(); ++n) lengths << ' ' << n << ':' << counts.lengths[n];
-    INFO("measured request's draft lengths (length:steps):" << lengths.str());
+    INFO("measured request's draft lengths (length:steps):" << draft_lengths_text(counts));
     REQUIRE(counts.lengths.size() == k + 1);
     CHECK(counts.lengths[0] * 2 > steps);  // mostly plain steps: the check vetoed the plans
     CHECK(counts.lengths[k] > 0);          // and the probes still drafted to the deepest position
@@ -361,21 +371,14 @@ TEST_CASE("batched decoding is exact per request when AutoBatchLength's veto lif
           "plain steps",
           "[exactness][decoder][batched][length-policy]") {
     constexpr std::size_t k = 4;
-    const SamplingOptions sampling{.temperature = 1.0};
     specdec::AutoBatchLength policy = deep_auto_policy(k);
-    ScenarioCounts counts;
     // Drafting steps cost 5 s more than their timings say for the policy's
     // first 60 steps, then nothing: the plan is vetoed, and lifted by a probe.
-    const std::function<ScriptedCosts()> transient = [&] {
+    const ScenarioCounts counts = exact_under_scripted_auto("batched, token-wise, auto veto lifted", k, [&] {
         return ScriptedCosts{.policy = &policy, .hidden_drafting_seconds = 5.0, .hidden_until_step = 60};
-    };
-    check_exact(draft_model_report<specdec::TokenwiseRejection>("batched, token-wise, auto veto lifted", sampling, k,
-                                                                transient, counts),
-                k);
-    check_batched(counts);
-    std::ostringstream lengths;
-    for (std::size_t n = 0; n < counts.lengths.size(); ++n) lengths << ' ' << n << ':' << counts.lengths[n];
-    INFO("measured request's draft lengths (length:steps):" << lengths.str() << "; veto lifts " << policy.veto_lifts());
+    });
+    INFO("measured request's draft lengths (length:steps):" << draft_lengths_text(counts) << "; veto lifts "
+                                                            << policy.veto_lifts());
     CHECK(policy.veto_lifts() > 0);
     REQUIRE(counts.lengths.size() == k + 1);
     CHECK(counts.lengths[k] > 0);  // the deepest position was reached
@@ -385,22 +388,14 @@ TEST_CASE("batched decoding is exact per request when AutoBatchLength widens pas
           "pass)",
           "[exactness][decoder][batched][length-policy]") {
     constexpr std::size_t k = 4;
-    const SamplingOptions sampling{.temperature = 1.0};
     // Without exploring steps, so that every drafting step past warm-up is
     // the plan or a widening step; a pass nearly flat in its width, as on a
     // GPU: widening steps then draft out to twice the widest timed width.
     specdec::AutoBatchLength policy({.warmup_steps = 6, .warmup_length = 1, .explore_every = 0});
-    ScenarioCounts counts;
-    const std::function<ScriptedCosts()> flat = [&] {
+    const ScenarioCounts counts = exact_under_scripted_auto("batched, token-wise, auto widening", k, [&] {
         return ScriptedCosts{.policy = &policy, .per_token = 0.0005, .per_token_squared = 0.0};
-    };
-    check_exact(draft_model_report<specdec::TokenwiseRejection>("batched, token-wise, auto widening", sampling, k, flat,
-                                                                counts),
-                k);
-    check_batched(counts);
-    std::ostringstream lengths;
-    for (std::size_t n = 0; n < counts.lengths.size(); ++n) lengths << ' ' << n << ':' << counts.lengths[n];
-    INFO("measured request's draft lengths (length:steps):" << lengths.str() << "; widened steps "
+    });
+    INFO("measured request's draft lengths (length:steps):" << draft_lengths_text(counts) << "; widened steps "
                                                             << policy.widened_steps());
     CHECK(policy.widened_steps() > 0);
     REQUIRE(counts.lengths.size() == k + 1);
