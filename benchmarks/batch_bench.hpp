@@ -10,9 +10,9 @@
 // advancing one step in turn (who steps first rotates from round to round),
 // so that a slow moment of the machine falls on every variant alike.
 //
-// What one run of a variant measures: waves x B requests (their own seeded
-// prompts and seeds, the same for every variant of a round) go to a decoder
-// of B slots; each finished request is replaced by a waiting one. Counted are
+// What one run of a variant measures: waves x B requests, at least
+// min_requests (their own seeded prompts and seeds, the same for every
+// variant of a round) go to a decoder of B slots; each finished request is replaced by a waiting one. Counted are
 // the steps in which all B slots decode (steady state): from the first step
 // until the last request is admitted, i.e. without the tail in which fewer
 // and fewer requests remain. A step's prefill of newly admitted prompts is
@@ -51,8 +51,14 @@ struct BatchSettings {
     std::vector<std::size_t> fixed_lengths{1, 2, 3, 4};  // one fixed-k variant each
     std::size_t auto_max_draft_tokens = 8;                // the cap of the auto variant
     double temperature = 0.0;
+    // Every request's acceptance rule at T > 0 (at T = 0 both are greedy).
+    ChosenRule::Kind rule = ChosenRule::Kind::tokenwise;
     std::size_t new_tokens = 24;   // per request
-    std::size_t waves = 2;         // requests per run = waves x B
+    std::size_t waves = 2;         // requests per run = waves x B, at least min_requests
+    // Small batches finish a run of waves x B requests in a few dozen steps,
+    // where a handful of requests that happen to accept well or badly move
+    // the ratio to plain decoding by tens of percent from round to round.
+    std::size_t min_requests = 16;
     std::size_t rounds = 2;
     std::size_t prompt_tokens = 16;
     std::uint64_t seed = 42;
@@ -64,6 +70,17 @@ struct BatchSettings {
 
 // What a step's policy chose: one length per request in the pass.
 using PlannedLengths = std::vector<std::uint8_t>;
+
+// The verification every request runs: "greedy" at T = 0, else the rule's name.
+[[nodiscard]] inline const char* verification_name(const BatchSettings& settings) {
+    if (settings.temperature == 0.0) return "greedy";
+    return settings.rule == ChosenRule::Kind::block ? "block" : "tokenwise";
+}
+
+// Requests in one run of a variant at batch size `batch`.
+[[nodiscard]] inline std::size_t requests_per_run(const BatchSettings& settings, std::size_t batch) {
+    return std::max(settings.waves * batch, settings.min_requests);
+}
 
 // One variant at one batch size, summed over the rounds.
 struct BatchVariantResult {
@@ -324,10 +341,13 @@ public:
                                     .max_new_tokens = settings.new_tokens};
             // The step that emits a request's last token ends its latency.
             const std::size_t j = ids_.size();
-            ids_.push_back(decoder_.submit(request.prompt, std::move(options), [this, j](Token) {
-                last_step_[j] = steps_.size();
-                return true;
-            }));
+            ids_.push_back(decoder_.submit(
+                request.prompt, std::move(options),
+                [this, j](Token) {
+                    last_step_[j] = steps_.size();
+                    return true;
+                },
+                ChosenRule{settings.rule}));
         }
     }
 
@@ -400,7 +420,7 @@ private:
     std::unique_ptr<Target> target_;
     std::unique_ptr<Draft> draft_;
     std::size_t batch_, draft_tokens_;
-    BatchedDecoder<Target, Draft, TokenwiseRejection, Policy> decoder_;
+    BatchedDecoder<Target, Draft, ChosenRule, Policy> decoder_;
 };
 
 [[nodiscard]] inline std::vector<BatchRequest> batch_requests(std::uint64_t first_seed, std::size_t count, std::size_t vocab,
@@ -443,6 +463,8 @@ inline void add_run(BatchVariantResult& result, const BatchRunOutcome& run) {
     settings.fixed_lengths = options.draft_tokens;
     settings.auto_max_draft_tokens = options.auto_max_draft_tokens;
     settings.temperature = options.temperatures.empty() ? 0.0 : options.temperatures.front();
+    settings.rule = !options.rules.empty() && options.rules.front() == RuleChoice::block ? ChosenRule::Kind::block
+                                                                                        : ChosenRule::Kind::tokenwise;
     settings.new_tokens = options.new_tokens;
     settings.rounds = options.repetitions;
     settings.seed = options.seed;
@@ -519,7 +541,7 @@ template <class Target, class Draft>
     // the untimed learning run takes the range after the last round's.
     const std::uint64_t stride = 1'000'003;
     auto requests_of = [&](std::size_t s, std::size_t round) {
-        const std::size_t count = settings.waves * settings.batch_sizes[s];
+        const std::size_t count = requests_per_run(settings, settings.batch_sizes[s]);
         return detail::batch_requests(settings.seed + (round * settings.batch_sizes.size() + s) * stride, count, vocab,
                                       settings.prompt_tokens, make_prompt);
     };

@@ -213,11 +213,13 @@ inline void print_batch_report(std::ostream& out, const BatchReport& report, Rep
     out << detail::wrap("draft:   " + detail::describe_model(report.draft), 9);
     const BatchSettings& s = report.settings;
     out << detail::wrap(
-        detail::format("requests: %zu x B per batch size and variant, each a %zu-token seeded prompt and %zu new tokens "
-                       "at T=%g; B slots, a finished request replaced by a waiting one; counted: the steps with all B "
+        detail::format("requests: %zu x B (at least %zu) per batch size and variant, each a %zu-token seeded prompt and %zu new tokens "
+                       "at T=%g, %s verification; B slots, a finished request replaced by a waiting one; counted: the steps with all B "
                        "slots decoding, their prompts' prefill left out; %zu rounds, the variants stepping in turn%s; "
                        "seed %llu",
-                       s.waves, s.prompt_tokens, s.new_tokens, s.temperature, s.rounds,
+                       s.waves, s.min_requests, s.prompt_tokens, s.new_tokens, s.temperature,
+                       verification_name(s),
+                       s.rounds,
                        s.learn_auto_first ? ", auto first serving one untimed run" : "",
                        static_cast<unsigned long long>(s.seed)),
         9);
@@ -299,8 +301,10 @@ inline void print_batch_report(std::ostream& out, const BatchReport& report, Rep
               {"fixed_draft_tokens", st.fixed_lengths},
               {"auto_max_draft_tokens", st.auto_max_draft_tokens},
               {"temperature", st.temperature},
+              {"verification", verification_name(st)},
               {"new_tokens", st.new_tokens},
               {"requests_per_slot", st.waves},
+              {"min_requests", st.min_requests},
               {"rounds", st.rounds},
               {"prompt_tokens", st.prompt_tokens},
               {"auto_learned_first", st.learn_auto_first},

@@ -178,6 +178,7 @@ struct BenchCommandLine {
     bool time_budget_given = false;
     bool new_tokens_given = false;
     bool temperatures_given = false;
+    bool rules_given = false;
 };
 
 }  // namespace detail
@@ -244,8 +245,10 @@ inline const std::vector<BenchFlag>& bench_flags() {
         {{"--rule", "--rules"}, "LIST",
          "acceptance rules: tokenwise, block (block verification; runs at T > 0 only,\n"
          "at T = 0 it is greedy verification; at k = 1 it is token-wise rejection, so\n"
-         "that row is left out when both rules run) (default tokenwise,block)",
+         "that row is left out when both rules run) (default tokenwise,block; --batch:\n"
+         "one, default tokenwise)",
          [](Line& l, V flag, V v) {
+             l.rules_given = true;
              std::vector<RuleChoice>& rules = l.options.rules;
              rules.clear();
              for (const std::string_view item : detail::split_list(flag, v)) {
@@ -420,6 +423,9 @@ exit status: 0 success, 1 the library reported an error, 2 bad command line
         if (line.temperatures_given && options.temperatures.size() != 1)
             throw UsageError("--batch measures one temperature; give --temperature with one value");
         if (!line.temperatures_given) options.temperatures = {0.0};
+        if (line.rules_given && options.rules.size() != 1)
+            throw UsageError("--batch measures one acceptance rule; give --rule tokenwise or --rule block");
+        if (!line.rules_given) options.rules = {RuleChoice::tokenwise};
         if (!line.new_tokens_given) options.new_tokens = kBatchNewTokens;
         if (!repetitions_given) options.repetitions = kBatchRounds;
         options.time_budget_seconds = 0.0;  // rounds, not a budget

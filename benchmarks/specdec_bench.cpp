@@ -151,8 +151,9 @@ int run_batch_sweep(const BenchOptions& options, const BatchModelFactory<Target,
                     MachineInfo machine, const ModelInfo& target_info, const ModelInfo& draft_info) {
     const BatchSettings settings = batch_settings_of(options);
     if (!options.quiet)
-        std::fprintf(stderr, "%zu batch sizes x %zu variants x %zu rounds, %zu requests of %zu tokens per slot...\n", settings.batch_sizes.size(),
-                     settings.fixed_lengths.size() + 2, settings.rounds, settings.waves, settings.new_tokens);
+        std::fprintf(stderr, "%zu batch sizes x %zu variants x %zu rounds, %zu requests per slot (at least %zu) of %zu tokens...\n",
+                     settings.batch_sizes.size(), settings.fixed_lengths.size() + 2, settings.rounds, settings.waves,
+                     settings.min_requests, settings.new_tokens);
     const bool terminal = isatty(STDERR_FILENO) == 1;
     BatchProgress progress;
     if (!options.quiet)

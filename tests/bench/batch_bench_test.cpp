@@ -62,6 +62,8 @@ BatchSettings tiny_settings() {
     settings.temperature = 0.0;
     settings.new_tokens = 6;
     settings.rounds = 2;
+    settings.waves = 2;
+    settings.min_requests = 3;  // B = 1 runs 3 requests, B = 3 runs 2 x 3
     settings.prompt_tokens = 5;
     settings.seed = 11;
     return settings;
@@ -97,6 +99,13 @@ TEST_CASE("the batch option takes positive batch sizes and sets the sweep's defa
     CHECK(settings.temperature == 1.0);
     CHECK(settings.fixed_lengths == std::vector<std::size_t>{2, 3});
     CHECK(settings.auto_max_draft_tokens == given.auto_max_draft_tokens);
+    CHECK(settings.rule == specdec::ChosenRule::Kind::tokenwise);  // the default, whatever the single-sequence default
+    CHECK(std::string(verification_name(settings)) == "tokenwise");
+    CHECK(std::string(verification_name(batch_settings_of(options))) == "greedy");  // T = 0
+
+    const BatchSettings block = batch_settings_of(parse_batch_flags({"--batch", "2", "--temperature", "0.7", "--rule", "block"}));
+    CHECK(block.rule == specdec::ChosenRule::Kind::block);
+    CHECK(std::string(verification_name(block)) == "block");
 }
 
 TEST_CASE("bad batch lists and setups the sweep cannot run are usage errors", "[bench][cli][batch]") {
@@ -108,6 +117,7 @@ TEST_CASE("bad batch lists and setups the sweep cannot run are usage errors", "[
         {"--batch", "100000"},
         {"--batch"},
         {"--batch", "2", "--temperatures", "0,1"},
+        {"--batch", "2", "--temperature", "1", "--rules", "tokenwise,block"},
         {"--batch", "2", "--tree", "auto"},
         {"--batch", "2", "--draft", "prompt-lookup"},
         {"--batch", "2", "--export-gguf", "."},
@@ -144,7 +154,7 @@ TEST_CASE("a tiny batch sweep counts the full-batch steps of every variant and r
         for (const BatchVariantResult& v : size.variants) {
             INFO(v.label());
             CHECK(v.rounds == settings.rounds);
-            CHECK(v.requests == settings.rounds * settings.waves * size.batch);
+            CHECK(v.requests == settings.rounds * (size.batch == 1 ? 3 : settings.waves * size.batch));
             CHECK(v.steps > 0);
             CHECK(v.sequence_steps == v.steps * size.batch);  // only steps with every slot decoding
             CHECK(v.tokens >= v.sequence_steps);              // each request commits at least a token a step
@@ -228,6 +238,27 @@ TEST_CASE("a tiny batch sweep counts the full-batch steps of every variant and r
     std::size_t polylines = 0;
     for (std::size_t at = svg.find("<polyline"); at != std::string::npos; at = svg.find("<polyline", at + 1)) ++polylines;
     CHECK(polylines == 3 * 4);  // measured, predicted and ratio per variant
+}
+
+TEST_CASE("a sweep at T > 0 verifies with the rule it is given and says which", "[bench][report][batch]") {
+    TinyBatchPair pair;
+    BatchSettings settings = tiny_settings();
+    settings.batch_sizes = {2};
+    settings.rounds = 1;
+    settings.temperature = 1.0;
+    settings.rule = specdec::ChosenRule::Kind::block;
+    const BatchReport report = tiny_sweep(pair, settings);
+    REQUIRE(report.sizes.size() == 1);
+    for (const BatchVariantResult& v : report.sizes[0].variants) {
+        INFO(v.label());
+        CHECK(!v.greedy_match.has_value());  // sampled: nothing to compare token by token
+        CHECK(v.tokens >= v.sequence_steps);
+        CHECK(v.tokens_per_second() > 0.0);
+    }
+    CHECK(batch_report_to_json(report)["batch"]["settings"]["verification"] == "block");
+    std::ostringstream text;
+    print_batch_report(text, report, ReportStyle{.verbose = false});
+    CHECK(text.str().find("at T=1, block verification") != std::string::npos);
 }
 
 TEST_CASE("the crossover is the first batch size where no fixed k beats batched autoregressive", "[bench][report][batch]") {
