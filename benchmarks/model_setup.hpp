@@ -206,6 +206,23 @@ inline void require_cuda_synthetic_draft(const BenchOptions& options) {
                          ": the CUDA synthetic family derives early-exit drafts only");
 }
 
+// The widest pass a single-sequence run makes after its prompt: the longest
+// verification (a fixed k, auto's cap, the auto tree's nodes) with its bonus row.
+[[nodiscard]] inline std::size_t widest_verification(const BenchOptions& options) {
+    std::size_t drafts = options.draft_tokens.empty() ? 1 : *std::max_element(options.draft_tokens.begin(), options.draft_tokens.end());
+    if (options.auto_length) drafts = std::max(drafts, options.auto_max_draft_tokens);
+    if (!options.trees.empty()) drafts = std::max(drafts, options.tree_max_nodes);
+    return drafts + 1;
+}
+
+// Every pass width of the run loaded before anything is timed: the first pass
+// at a new width pays a one-off cost (kernel loading, cuBLAS's first call for
+// a shape) that AutoLength would otherwise take for that width's cost.
+inline void warm_up_cuda_widths(const BenchOptions& options, cuda::CudaLlamaModel& target, cuda::CudaLlamaModel* draft) {
+    target.warm_up_widths(widest_verification(options));
+    if (draft) draft->warm_up_widths(widest_verification(options));
+}
+
 inline void set_up_cuda_synthetic(const BenchOptions& options, ModelSetup& setup) {
     if (options.prompt) throw UsageError("--prompt needs --target FILE.gguf: the synthetic models have no tokenizer");
     require_cuda_synthetic_draft(options);
@@ -215,14 +232,17 @@ inline void set_up_cuda_synthetic(const BenchOptions& options, ModelSetup& setup
     auto target = std::make_unique<cuda::CudaLlamaModel>(cuda::make_cuda_synthetic_target(synthetic));
     setup.target_info = describe_cuda(*target, true);
     set_seeded_prompts(options, target->vocab_size(), setup);
+    cuda::CudaLlamaModel* draft_model = nullptr;
     if (options.uses_prompt_lookup()) {
         setup.draft = std::make_unique<PromptLookupDrafter>();
         setup.draft_info = describe_prompt_lookup();
     } else {
         auto draft = std::make_unique<cuda::CudaLlamaModel>(cuda::make_cuda_synthetic_draft(synthetic));
         setup.draft_info = describe_cuda(*draft, true);
+        draft_model = draft.get();
         setup.draft = std::move(draft);
     }
+    warm_up_cuda_widths(options, *target, draft_model);
     setup.target = std::move(target);
 }
 
@@ -238,6 +258,7 @@ inline void set_up_cuda_gguf(const BenchOptions& options, ModelSetup& setup) {
     auto target = load(*options.target_path);
     warn_if_context_limits(options, setup.prompt.size(), target->config().context_length);
     setup.target_info = describe_cuda(*target, false);
+    cuda::CudaLlamaModel* draft_model = nullptr;
     if (options.uses_prompt_lookup()) {
         setup.draft = std::make_unique<PromptLookupDrafter>();
         setup.draft_info = describe_prompt_lookup();
@@ -245,8 +266,10 @@ inline void set_up_cuda_gguf(const BenchOptions& options, ModelSetup& setup) {
         auto draft = load(*options.draft_path);
         check_same_vocabulary(target->vocab_size(), draft->vocab_size());
         setup.draft_info = describe_cuda(*draft, false);
+        draft_model = draft.get();
         setup.draft = std::move(draft);
     }
+    warm_up_cuda_widths(options, *target, draft_model);
     setup.target = std::move(target);
 }
 #endif

@@ -248,7 +248,7 @@ public:
     // can cost several passes: a policy that times passes (AutoBatchLength,
     // AutoLength) would take that one-off for what the width costs and keep
     // away from it. A server calls this once at start for the widths it will
-    // run; specdec-bench --batch does before it times anything.
+    // run; specdec-bench does before it times anything.
     void warm_up_widths(std::size_t max_tokens) {
         if (max_tokens == 0) return;
         reserve_rows(max_tokens);
