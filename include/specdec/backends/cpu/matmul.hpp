@@ -28,6 +28,7 @@
 #include "specdec/backends/cpu/quant_matmul.hpp"
 #include "specdec/platform/x86.hpp"
 #include "specdec/backends/cpu/thread_pool.hpp"
+#include "specdec/backends/cpu/weight_prefetch.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/tensors/weight_matrix.hpp"
 
@@ -98,18 +99,14 @@ SPECDEC_AVX2_TARGET __attribute__((always_inline)) inline void matmul_tile_body(
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
         for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_setzero_ps();
-    // Software prefetch of the next tile (the R rows after these, contiguous
-    // in memory), at the pace this tile is consumed: the hardware prefetcher
-    // alone does not run far enough ahead once several columns make the loop
-    // compute-heavy, and memory and compute then no longer overlap.
+    // The tiles after this one, prefetched at the pace this one is read
+    // (weight_prefetch.hpp): the hardware prefetcher alone does not run far
+    // enough ahead once several columns make the loop compute-heavy.
     constexpr std::size_t chunk_bytes = T == WeightType::f32 ? 128 : 64;  // 32 values
     const char* next_tile = reinterpret_cast<const char*>(rows[0]) + R * row_bytes;
     const __m256 unused_scale = _mm256_setzero_ps();
     for (std::size_t b = 0; b < chunks; ++b) {
-#pragma GCC unroll 8
-        for (std::size_t line = 0; line < R * chunk_bytes / 64; ++line) {
-            _mm_prefetch(next_tile + b * R * chunk_bytes + 64 * line, _MM_HINT_T0);
-        }
+        prefetch_weight_lines<R * chunk_bytes / 64>(next_tile, R * row_bytes, b * R * chunk_bytes);
 #pragma GCC unroll 8
         for (int i = 0; i < 4; ++i) {
             __m256 wv[R];

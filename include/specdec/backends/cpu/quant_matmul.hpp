@@ -21,6 +21,7 @@
 #include <limits>
 #include <vector>
 
+#include "specdec/backends/cpu/weight_prefetch.hpp"
 #include "specdec/tensors/quant_blocks.hpp"
 #include "specdec/platform/x86.hpp"
 #include "specdec/tensors/weight_matrix.hpp"
@@ -308,17 +309,14 @@ SPECDEC_AVX2_TARGET void quant_matmul_tile_avx2(const WeightMatrix& w, std::size
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
         for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_setzero_ps();
-    // Prefetch the next tile at the pace this one is consumed (see matmul_tile_avx2).
+    // The tiles after this one, prefetched at the pace this one is read (weight_prefetch.hpp).
     const char* next_tile = reinterpret_cast<const char*>(rows[0]) + R * row_bytes;
     constexpr std::size_t tile_block_bytes = R * quant_bytes_per_32(T);
     constexpr int k = integer_offset(T);
     for (std::size_t b = 0; b < blocks; ++b) {
         // A constant number of prefetches per block (a loop of variable
         // length here made GCC keep the accumulators on the stack).
-#pragma GCC unroll 4
-        for (std::size_t line = 0; line < (tile_block_bytes + 63) / 64; ++line) {
-            _mm_prefetch(next_tile + b * tile_block_bytes + 64 * line, _MM_HINT_T0);
-        }
+        prefetch_weight_lines<(tile_block_bytes + 63) / 64>(next_tile, R * row_bytes, b * tile_block_bytes);
         Avx2Block wb[R];
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) wb[r] = load_weight_block<T>(rows[r], b);
@@ -391,10 +389,7 @@ SPECDEC_AVX2_TARGET void quant_matmul_tile_k_avx2(const WeightMatrix& w, std::si
     alignas(32) float scale[R][kScales];
     alignas(32) float mins[R][8];
     for (std::size_t sb = 0; sb < blocks / 8; ++sb) {
-#pragma GCC unroll 4
-        for (std::size_t line = 0; line < (R * sizeof(Block) + 63) / 64; ++line) {
-            _mm_prefetch(next_tile + sb * R * sizeof(Block) + 64 * line, _MM_HINT_T0);
-        }
+        prefetch_weight_lines<(R * sizeof(Block) + 63) / 64>(next_tile, R * row_bytes, sb * R * sizeof(Block));
         const std::byte* block[R];
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
