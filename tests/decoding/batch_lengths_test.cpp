@@ -18,6 +18,13 @@ using specdec::BatchOutcome;
 using specdec::SequenceDraftQuery;
 using specdec::SequenceOutcome;
 
+// splitmix64's finaliser: the scripted machine's seeded timing noise.
+std::uint64_t scramble(std::uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
 // A scripted machine: a target pass of n tokens costs base + per_token n, a
 // draft round 0.002 s, a verified row nothing; a sequence's drafts are
 // accepted up to the next position where step + sequence + position is
@@ -27,8 +34,10 @@ using specdec::SequenceOutcome;
 // accounts for; and a sequence that drafts after steps without drafting
 // catches its draft cache up in the first draft round, `catch_up` seconds for
 // each token beyond the two a step commits (one per step it did not draft).
+// `jitter` > 0 scales each target pass's time by a seeded factor in
+// [1 - jitter, 1 + jitter], as a shared machine's timings wander.
 struct ScriptedBatch {
-    double base = 0.010, per_token = 0.0, hidden = 0.0, catch_up = 0.0;
+    double base = 0.010, per_token = 0.0, hidden = 0.0, catch_up = 0.0, jitter = 0.0;
     std::size_t sequences = 8, cap = 4;
     std::size_t period = 3;  // drafts are accepted up to the position where step + sequence + position is period - 1
     std::size_t hidden_until = static_cast<std::size_t>(-1);
@@ -74,7 +83,11 @@ struct ScriptedBatch {
                 last_drafted[i] = step;
             }
             if (most > 0) round_seconds[0] += catch_up * static_cast<double>(lagging);
-            const double target = base + per_token * static_cast<double>(width);
+            double target = base + per_token * static_cast<double>(width);
+            if (jitter > 0.0) {
+                const std::uint64_t z = scramble(0x9E3779B97F4A7C15ull * (step + 1));
+                target *= 1.0 + jitter * (2.0 * static_cast<double>(z >> 11) * 0x1.0p-53 - 1.0);
+            }
             double total = target;
             for (const double seconds : round_seconds) total += seconds;
             if (drafts > 0 && step < hidden_until) total += hidden;
@@ -109,6 +122,27 @@ TEST_CASE("AutoBatchLength plans no drafts while the target pass is compute-boun
     // token for one sequence.
     CHECK(counts.drafting_steps <= counts.steps / 16 + 1);
     CHECK(counts.drafts <= counts.drafting_steps * 2);
+}
+
+TEST_CASE("AutoBatchLength keeps a compute-bound batch plain when its pass timings are noisy", "[batch_lengths]") {
+    // 32 sequences on a pass that costs its width (1.5 ms a token, a CPU at
+    // B = 32), each pass timed within +-4%: drafting never pays. Two close
+    // widths timed at noisy values (32 and 33, where the other widths' timings
+    // have aged out) can look flat; widening from them drafts for the whole
+    // batch, and a step that drafts k = 1-2 per request costs 2-3 plain ones.
+    const ScriptedBatch noisy{.base = 0.0, .per_token = 0.0015, .jitter = 0.04, .sequences = 32};
+    AutoBatchLength policy;
+    const auto counts = noisy.run(policy, 600, 100);
+    CHECK(policy.widened_steps() == 0);
+    CHECK(counts.drafts <= counts.drafting_steps * 2);  // what drafts there are: the one-token explorations
+    CHECK(counts.drafting_steps <= counts.steps / 16 + 1);
+
+    // Negative control: the flat pass of a GPU, as noisy, still widens.
+    const ScriptedBatch flat{.base = 0.016, .per_token = 0.00002, .jitter = 0.04, .sequences = 32, .cap = 6, .period = 8};
+    AutoBatchLength gpu_policy;
+    const auto climbed = flat.run(gpu_policy, 60, 20);
+    CHECK(gpu_policy.widened_steps() > 0);
+    CHECK(climbed.drafts >= climbed.steps * flat.sequences * 7 / 2);  // without widening: under 2 (the test below)
 }
 
 TEST_CASE("AutoBatchLength stops drafting when its drafting steps were slower than its plain ones, and keeps probing",

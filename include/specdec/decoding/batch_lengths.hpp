@@ -357,10 +357,15 @@ private:
     // step is drafted out to twice w (or as far as the caps allow), one more
     // draft at a time to the shortest lengths. Its timing then settles what
     // the wider plans cost; where the pass turns out compute-bound, the test
-    // fails from then on. Only timings and caps are read: exact as any plan.
+    // fails from then on. The timed range must span a fifth of its widest
+    // width at least: over two close widths (the batch's own and the one an
+    // exploring step adds, once the wider timings have aged out) a few
+    // percent of timing noise reads as flat, and a CPU batch that is
+    // compute-bound would draft for every request. Only timings and caps are
+    // read: exact as any plan.
     bool widen_past_timed(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths) const {
         const std::size_t narrowest = target_.narrowest(), widest = target_.widest();
-        if (widest <= narrowest) return false;
+        if (widest <= narrowest || 5 * (widest - narrowest) < widest) return false;
         std::size_t width = queries.size(), room = queries.size();
         for (std::size_t i = 0; i < queries.size(); ++i) width += lengths[i], room += queries[i].cap;
         const std::size_t goal = std::min(room, 2 * widest);
