@@ -12,8 +12,9 @@
 //
 // What one run of a variant measures: waves x B requests, at least
 // min_requests (their own seeded prompts and seeds, the same for every
-// variant of a round) go to a decoder of B slots; each finished request is replaced by a waiting one. Counted are
-// the steps in which all B slots decode (steady state): from the first step
+// variant of a round) go to a decoder of B slots; each finished request is
+// replaced by a waiting one. Counted are the steps in which all B slots
+// decode (steady state): from the first step
 // until the last request is admitted, i.e. without the tail in which fewer
 // and fewer requests remain. A step's prefill of newly admitted prompts is
 // left out of its time (the same target pass for every variant, measured by

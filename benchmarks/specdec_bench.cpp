@@ -151,7 +151,7 @@ int run_batch_sweep(const BenchOptions& options, const BatchModelFactory<Target,
                     MachineInfo machine, const ModelInfo& target_info, const ModelInfo& draft_info) {
     const BatchSettings settings = batch_settings_of(options);
     if (!options.quiet)
-        std::fprintf(stderr, "%zu batch sizes x %zu variants x %zu rounds, %zu requests per slot (at least %zu) of %zu tokens...\n",
+        std::fprintf(stderr, "%zu batch sizes x %zu variants x %zu rounds, %zu x B requests (at least %zu) of %zu tokens...\n",
                      settings.batch_sizes.size(), settings.fixed_lengths.size() + 2, settings.rounds, settings.waves,
                      settings.min_requests, settings.new_tokens);
     const bool terminal = isatty(STDERR_FILENO) == 1;
