@@ -219,8 +219,9 @@ inline void require_cuda_synthetic_draft(const BenchOptions& options) {
 // at a new width pays a one-off cost (kernel loading, cuBLAS's first call for
 // a shape) that AutoLength would otherwise take for that width's cost.
 inline void warm_up_cuda_widths(const BenchOptions& options, cuda::CudaLlamaModel& target, cuda::CudaLlamaModel* draft) {
-    target.warm_up_widths(widest_verification(options));
-    if (draft) draft->warm_up_widths(widest_verification(options));
+    const std::size_t widest = widest_verification(options);
+    target.warm_up_widths(widest);
+    if (draft) draft->warm_up_widths(widest);
 }
 
 inline void set_up_cuda_synthetic(const BenchOptions& options, ModelSetup& setup) {
