@@ -7,13 +7,15 @@
 // from which width on the blocked path wins: cpu::kWideColumns is set from it.
 //
 //   specdec-matmul-bench [--threads N] [--widths 4,8,...] [--repetitions N]
-//   specdec-matmul-bench --prefill [--threads N] [--widths 128,512]
+//   specdec-matmul-bench --prefill [--threads N] [--widths 128,512] [--cached N]
 //
 // --prefill times whole passes of the "100m" target instead: a one-token
 // decode after a 16-token prompt, and prompts of each width through forward
 // (every logits row) and forward_last (the last row), on the wall clock and on
 // the calling thread's CPU clock. With --threads 1 the CPU clock is the
-// compute time alone, comparable across runs even on a loaded machine.
+// compute time alone, comparable across runs even on a loaded machine. With
+// --cached N every pass follows N cached tokens, as a verification pass deep
+// into a generation does (attention then reads N cached positions a row).
 //
 // Exit status: 0 success, 2 bad command line.
 #include <algorithm>
@@ -56,8 +58,14 @@ double thread_cpu_seconds() {
     return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
 }
 
-int run_prefill(std::size_t threads, const std::vector<std::size_t>& widths, std::size_t repetitions) {
+int run_prefill(std::size_t threads, const std::vector<std::size_t>& widths, std::size_t repetitions, std::size_t context) {
     LlamaModel model = make_synthetic_target({.size = "100m", .threads = threads});
+    const std::size_t widest = *std::max_element(widths.begin(), widths.end());
+    if (context + widest > model.context_length()) {
+        std::cerr << "specdec-matmul-bench: --cached " << context << " plus a pass of " << widest << " tokens exceeds the "
+                  << model.context_length() << "-token context of " << model.name() << "\n";
+        return 2;
+    }
     std::printf("%s, %zu threads: median wall time and best calling-thread CPU time of %zu passes\n", model.name().c_str(),
                 model.threads(), repetitions);
     auto measure = [&](const char* what, std::size_t cached, std::size_t n, bool last_only) {
@@ -83,9 +91,10 @@ int run_prefill(std::size_t threads, const std::vector<std::size_t>& widths, std
         std::fflush(stdout);
     };
     measure("decode", 16, 1, false);
+    if (context > 0) std::printf("the passes below follow %zu cached tokens\n", context);
     for (const std::size_t n : widths) {
-        measure("forward", 0, n, false);
-        measure("forward_last", 0, n, true);
+        measure("forward", context, n, false);
+        measure("forward_last", context, n, true);
     }
     return 0;
 }
@@ -93,14 +102,14 @@ int run_prefill(std::size_t threads, const std::vector<std::size_t>& widths, std
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::size_t threads = 0, repetitions = 7;
+    std::size_t threads = 0, repetitions = 7, cached = 0;
     std::vector<std::size_t> widths{4, 8, 12, 16, 24, 32, 48, 64, 128, 512};
     bool prefill = false, widths_given = false;
     try {
         for (int i = 1; i < argc; ++i) {
             const std::string_view flag = argv[i];
             if (flag == "--help") {
-                std::cout << "usage: specdec-matmul-bench [--prefill] [--threads N] [--widths LIST] [--repetitions N]\n";
+                std::cout << "usage: specdec-matmul-bench [--prefill [--cached N]] [--threads N] [--widths LIST] [--repetitions N]\n";
                 return 0;
             }
             if (flag == "--prefill") {
@@ -115,6 +124,7 @@ int main(int argc, char** argv) {
                 widths_given = true;
             }
             else if (flag == "--repetitions") repetitions = parse_list(flag, value).at(0);
+            else if (flag == "--cached") cached = cli::parse_count_list(flag, value, 0).at(0);
             else throw std::invalid_argument("unknown option '" + std::string(flag) + "'");
         }
     } catch (const std::exception& error) {
@@ -124,7 +134,7 @@ int main(int argc, char** argv) {
 
     if (prefill) {
         if (!widths_given) widths = {128, 512};
-        return run_prefill(threads, widths, std::min<std::size_t>(repetitions, 3));
+        return run_prefill(threads, widths, std::min<std::size_t>(repetitions, 3), cached);
     }
     auto pool = std::make_shared<cpu::ThreadPool>(threads);
     const SyntheticShape shape = synthetic_shape("100m");

@@ -309,6 +309,11 @@ private:
         std::size_t past;
         bool wide;
     };
+    // One head of consecutive rows of a narrow feed (feed_attention).
+    struct AttentionTask {
+        std::size_t first_row, rows, head;
+    };
+    static constexpr std::size_t kQueriesPerTask = 8;
 
     void check_token_ids(std::span<const Token> tokens) const {
         const std::size_t vocab = weights_.config.vocab_size;
@@ -602,14 +607,29 @@ private:
             if (feed.wide) block_attention(layer, feed, scale);
         }
         if (narrow_rows_.empty()) return;
-        pool_->parallel_for(narrow_rows_.size() * heads, [&](std::size_t task) {
-            const std::size_t i = narrow_rows_[task / heads], h = task % heads, kv_head = h / group;
+        // A task is one head of up to kQueriesPerTask consecutive rows of a
+        // feed (cpu::attend_consecutive): the rows of a verification read the
+        // same cached keys and values, once for all of them rather than once
+        // per row, which at long contexts is most of a narrow pass's
+        // attention time. Each row's output is what attend() gives it alone,
+        // so how rows are grouped changes nothing but speed.
+        attention_tasks_.clear();
+        for (const FeedRows& feed : feed_rows_) {
+            if (feed.wide) continue;
+            for (std::size_t h = 0; h < heads; ++h)
+                for (std::size_t r = 0; r < feed.count; r += kQueriesPerTask)
+                    attention_tasks_.push_back({feed.first_row + r, std::min(kQueriesPerTask, feed.count - r), h});
+        }
+        pool_->parallel_for(attention_tasks_.size(), [&](std::size_t t) {
+            const AttentionTask& task = attention_tasks_[t];
+            const std::size_t h = task.head, kv_head = h / group, i = task.first_row;
             KvCache& cache = *row_cache_[i];
-            const std::size_t positions = row_position_[i] + 1;
+            const std::size_t first_visible = row_position_[i] + 1;
             thread_local std::vector<float> scores;
-            if (scores.size() < positions) scores.resize(positions);
-            cpu::attend(&q_[i * c.embedding_dim + h * hd], cache.keys(layer, kv_head, 0), cache.values(layer, kv_head, 0), hd,
-                        positions, hd, scale, scores.data(), &attention_out_[i * c.embedding_dim + h * hd]);
+            scores.resize(std::max(scores.size(), task.rows * (first_visible + task.rows - 1)));
+            cpu::attend_consecutive(&q_[i * c.embedding_dim + h * hd], c.embedding_dim, task.rows, first_visible,
+                                    cache.keys(layer, kv_head, 0), cache.values(layer, kv_head, 0), hd, hd, scale,
+                                    scores.data(), &attention_out_[i * c.embedding_dim + h * hd], c.embedding_dim);
         });
     }
 
@@ -705,6 +725,7 @@ private:
     std::vector<FeedRows> feed_rows_;
     std::vector<ColumnRun> layer_runs_, head_runs_;
     std::vector<std::size_t> head_rows_, narrow_rows_;
+    std::vector<AttentionTask> attention_tasks_;
 };
 
 static_assert(CausalLM<LlamaModel>);

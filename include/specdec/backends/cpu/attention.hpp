@@ -1,9 +1,11 @@
 #pragma once
-// Causal attention of a block of consecutive queries of one head as two
-// matrix products (scores = K q, out = V^T p) on the blocked kernel of
-// gemm.hpp, for wide passes (prompt prefill): the per-query kernel of
-// vector_ops.hpp reads every cached key and value once per query, this reads
-// them once per block of queries.
+// Causal attention of a block of consecutive queries of one head, reading
+// the cached keys and values once per block rather than once per query as
+// the per-query kernel of vector_ops.hpp does: for wide passes (prompt
+// prefill) as two matrix products (scores = K q, out = V^T p) on the blocked
+// kernel of gemm.hpp; for narrow ones (verification) as the per-query
+// kernel's own arithmetic over blocks of rows (attend_consecutive), bitwise
+// its results.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -90,6 +92,130 @@ inline void attend_block(const float* q, std::size_t q_stride, std::size_t queri
         float* row = out + i * out_stride;
         for (std::size_t d = 0; d < head_dim; ++d) row[d] *= inverse_totals[i];
     }
+}
+
+namespace detail {
+
+#if SPECDEC_X86
+// Rows of keys and values read from memory once for every query of a task:
+// 64 rows of a 64-wide head are 16 KiB, which stay in L1 while each query
+// goes over them.
+inline constexpr std::size_t kAttentionRowBlock = 64;
+
+// attend_runs_avx2 over one run [0, first_visible + i) for each query i of
+// a block of consecutive queries, with the loops over rows cut into blocks
+// that every query visits in turn. Each query's scores, softmax and weighted
+// sums are the same operations in the same order as attend_runs_avx2's, so
+// its output is bitwise what that kernel gives it alone.
+SPECDEC_AVX2_TARGET inline void attend_consecutive_avx2(const float* q, std::size_t q_stride, std::size_t queries,
+                                                        std::size_t first_visible, const float* keys, const float* values,
+                                                        std::size_t stride, std::size_t head_dim, float scale,
+                                                        float* scores, float* out, std::size_t out_stride) {
+    const std::size_t widest = first_visible + queries - 1;  // rows the last query sees; scores row stride
+    thread_local std::vector<float> max_scores, inverse_totals, sums;
+    max_scores.assign(queries, -INFINITY);
+    inverse_totals.resize(queries);
+    for (std::size_t b0 = 0; b0 < widest; b0 += kAttentionRowBlock) {
+        for (std::size_t query = 0; query < queries; ++query) {
+            const float* qi = q + query * q_stride;
+            float* row_scores = scores + query * widest;
+            const std::size_t end = std::min(b0 + kAttentionRowBlock, first_visible + query);
+            float max_score = max_scores[query];
+            for (std::size_t j = b0; j < end; ++j) {
+                const float* k = keys + j * stride;
+                __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+                std::size_t i = 0;
+                for (; i + 16 <= head_dim; i += 16) {
+                    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qi + i), _mm256_loadu_ps(k + i), a0);
+                    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qi + i + 8), _mm256_loadu_ps(k + i + 8), a1);
+                }
+                if (i < head_dim) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qi + i), _mm256_loadu_ps(k + i), a0);
+                row_scores[j] = platform::horizontal_sum(_mm256_add_ps(a0, a1)) * scale;
+                max_score = std::max(max_score, row_scores[j]);
+            }
+            max_scores[query] = max_score;
+        }
+    }
+    for (std::size_t query = 0; query < queries; ++query) {
+        float* row_scores = scores + query * widest;
+        const std::size_t positions = first_visible + query;
+        const __m256 max_vector = _mm256_set1_ps(max_scores[query]);
+        __m256 total_vector = _mm256_setzero_ps();
+        std::size_t j = 0;
+        for (; j + 8 <= positions; j += 8) {
+            const __m256 e = exp_nonpositive_avx2(_mm256_sub_ps(_mm256_loadu_ps(row_scores + j), max_vector));
+            _mm256_storeu_ps(row_scores + j, e);
+            total_vector = _mm256_add_ps(total_vector, e);
+        }
+        float total = platform::horizontal_sum(total_vector);
+        for (; j < positions; ++j) {
+            row_scores[j] = std::exp(row_scores[j] - max_scores[query]);
+            total += row_scores[j];
+        }
+        inverse_totals[query] = 1.0f / total;
+    }
+    // Weighted sums in slices of 64 dimensions: each query's 8 accumulators
+    // wait in `sums` between row blocks, which leaves their chains of FMAs
+    // over the rows as they are in one pass.
+    for (std::size_t d0 = 0; d0 < head_dim; d0 += 64) {
+        const std::size_t slices = std::min<std::size_t>(8, (head_dim - d0) / 8);
+        sums.assign(queries * 64, 0.0f);
+        for (std::size_t b0 = 0; b0 < widest; b0 += kAttentionRowBlock) {
+            for (std::size_t query = 0; query < queries; ++query) {
+                const std::size_t end = std::min(b0 + kAttentionRowBlock, first_visible + query);
+                if (end <= b0) continue;
+                const float* weights = scores + query * widest;
+                float* held = sums.data() + query * 64;
+                __m256 acc[8];
+                for (std::size_t s = 0; s < slices; ++s) acc[s] = _mm256_loadu_ps(held + 8 * s);
+                if (slices == 8) {
+                    for (std::size_t j = b0; j < end; ++j) {
+                        const __m256 weight = _mm256_set1_ps(weights[j]);
+                        const float* v = values + j * stride + d0;
+#pragma GCC unroll 8
+                        for (int s = 0; s < 8; ++s) acc[s] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(v + 8 * s), acc[s]);
+                    }
+                } else {
+                    for (std::size_t j = b0; j < end; ++j) {
+                        const __m256 weight = _mm256_set1_ps(weights[j]);
+                        const float* v = values + j * stride + d0;
+                        for (std::size_t s = 0; s < slices; ++s) acc[s] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(v + 8 * s), acc[s]);
+                    }
+                }
+                for (std::size_t s = 0; s < slices; ++s) _mm256_storeu_ps(held + 8 * s, acc[s]);
+            }
+        }
+        for (std::size_t query = 0; query < queries; ++query) {
+            const __m256 normaliser = _mm256_set1_ps(inverse_totals[query]);
+            const float* held = sums.data() + query * 64;
+            float* o = out + query * out_stride + d0;
+            for (std::size_t s = 0; s < slices; ++s) _mm256_storeu_ps(o + 8 * s, _mm256_mul_ps(_mm256_loadu_ps(held + 8 * s), normaliser));
+        }
+    }
+}
+#endif
+
+}  // namespace detail
+
+// Causal attention of consecutive queries of one head over one cache: query
+// i (at q + i * q_stride) over the rows [0, first_visible + i), into out +
+// i * out_stride. Each query's output is bitwise attend()'s for it alone;
+// with AVX2 the rows are read once for all the queries (in blocks that stay
+// in L1) instead of once per query, which is what a verification pass over
+// a long context spends its attention time on. `scores` is scratch of at
+// least queries x (first_visible + queries - 1) floats.
+inline void attend_consecutive(const float* q, std::size_t q_stride, std::size_t queries, std::size_t first_visible,
+                               const float* keys, const float* values, std::size_t stride, std::size_t head_dim,
+                               float scale, float* scores, float* out, std::size_t out_stride) {
+    if (queries == 0) return;
+#if SPECDEC_X86
+    if (platform::avx2_available() && head_dim % 8 == 0) {
+        return detail::attend_consecutive_avx2(q, q_stride, queries, first_visible, keys, values, stride, head_dim, scale,
+                                               scores, out, out_stride);
+    }
+#endif
+    for (std::size_t i = 0; i < queries; ++i)
+        attend(q + i * q_stride, keys, values, stride, first_visible + i, head_dim, scale, scores, out + i * out_stride);
 }
 
 }  // namespace specdec::cpu
