@@ -122,38 +122,14 @@ SPECDEC_AVX2_TARGET inline void attend_consecutive_avx2(const float* q, std::siz
             const std::size_t end = std::min(b0 + kAttentionRowBlock, first_visible + query);
             float max_score = max_scores[query];
             for (std::size_t j = b0; j < end; ++j) {
-                const float* k = keys + j * stride;
-                __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-                std::size_t i = 0;
-                for (; i + 16 <= head_dim; i += 16) {
-                    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qi + i), _mm256_loadu_ps(k + i), a0);
-                    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qi + i + 8), _mm256_loadu_ps(k + i + 8), a1);
-                }
-                if (i < head_dim) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qi + i), _mm256_loadu_ps(k + i), a0);
-                row_scores[j] = platform::horizontal_sum(_mm256_add_ps(a0, a1)) * scale;
+                row_scores[j] = attention_score_avx2(qi, keys + j * stride, head_dim, scale);
                 max_score = std::max(max_score, row_scores[j]);
             }
             max_scores[query] = max_score;
         }
     }
-    for (std::size_t query = 0; query < queries; ++query) {
-        float* row_scores = scores + query * widest;
-        const std::size_t positions = first_visible + query;
-        const __m256 max_vector = _mm256_set1_ps(max_scores[query]);
-        __m256 total_vector = _mm256_setzero_ps();
-        std::size_t j = 0;
-        for (; j + 8 <= positions; j += 8) {
-            const __m256 e = exp_nonpositive_avx2(_mm256_sub_ps(_mm256_loadu_ps(row_scores + j), max_vector));
-            _mm256_storeu_ps(row_scores + j, e);
-            total_vector = _mm256_add_ps(total_vector, e);
-        }
-        float total = platform::horizontal_sum(total_vector);
-        for (; j < positions; ++j) {
-            row_scores[j] = std::exp(row_scores[j] - max_scores[query]);
-            total += row_scores[j];
-        }
-        inverse_totals[query] = 1.0f / total;
-    }
+    for (std::size_t query = 0; query < queries; ++query)
+        inverse_totals[query] = exponentiate_scores_avx2(scores + query * widest, first_visible + query, max_scores[query]);
     // Weighted sums in slices of 64 dimensions: each query's 8 accumulators
     // wait in `sums` between row blocks, which leaves their chains of FMAs
     // over the rows as they are in one pass.
@@ -164,24 +140,10 @@ SPECDEC_AVX2_TARGET inline void attend_consecutive_avx2(const float* q, std::siz
             for (std::size_t query = 0; query < queries; ++query) {
                 const std::size_t end = std::min(b0 + kAttentionRowBlock, first_visible + query);
                 if (end <= b0) continue;
-                const float* weights = scores + query * widest;
                 float* held = sums.data() + query * 64;
                 __m256 acc[8];
                 for (std::size_t s = 0; s < slices; ++s) acc[s] = _mm256_loadu_ps(held + 8 * s);
-                if (slices == 8) {
-                    for (std::size_t j = b0; j < end; ++j) {
-                        const __m256 weight = _mm256_set1_ps(weights[j]);
-                        const float* v = values + j * stride + d0;
-#pragma GCC unroll 8
-                        for (int s = 0; s < 8; ++s) acc[s] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(v + 8 * s), acc[s]);
-                    }
-                } else {
-                    for (std::size_t j = b0; j < end; ++j) {
-                        const __m256 weight = _mm256_set1_ps(weights[j]);
-                        const float* v = values + j * stride + d0;
-                        for (std::size_t s = 0; s < slices; ++s) acc[s] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(v + 8 * s), acc[s]);
-                    }
-                }
+                add_weighted_rows_avx2(acc, slices, scores + query * widest + b0, values + b0 * stride + d0, stride, end - b0);
                 for (std::size_t s = 0; s < slices; ++s) _mm256_storeu_ps(held + 8 * s, acc[s]);
             }
         }

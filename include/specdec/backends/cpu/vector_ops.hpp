@@ -145,29 +145,25 @@ SPECDEC_AVX2_TARGET inline __m256 exp_nonpositive_avx2(__m256 x) {
     return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), exponent));
 }
 
-// One query head against the cached keys/values of `runs` (see
-// for_each_row): scores, softmax and the weighted sum of values in one pass
-// over the rows, with no call per position. head_dim must be a multiple of 8.
-SPECDEC_AVX2_TARGET inline void attend_runs_avx2(const float* q, const float* keys, const float* values, std::size_t stride,
-                                                 const RowRun* runs, std::size_t run_count, std::size_t head_dim, float scale,
-                                                 float* scores, float* out) {
-    float max_score = -INFINITY;
-    std::size_t positions = 0;
-    for (std::size_t r = 0; r < run_count; ++r) {
-        for (std::size_t j = runs[r].first, end = runs[r].first + runs[r].count; j < end; ++j) {
-            const float* k = keys + j * stride;
-            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-            std::size_t i = 0;
-            for (; i + 16 <= head_dim; i += 16) {
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), a0);
-                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_loadu_ps(k + i + 8), a1);
-            }
-            if (i < head_dim) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), a0);
-            scores[positions] = platform::horizontal_sum(_mm256_add_ps(a0, a1)) * scale;
-            max_score = std::max(max_score, scores[positions]);
-            ++positions;
-        }
+// The three steps of one query's attention, shared by every kernel that
+// must give a query bitwise the same output (attend_runs_avx2 here,
+// attend_consecutive_avx2 in attention.hpp).
+
+// q . k * scale over head_dim values (a multiple of 8), as two chains of FMAs.
+SPECDEC_AVX2_TARGET __attribute__((always_inline)) inline float attention_score_avx2(const float* q, const float* k,
+                                                                                     std::size_t head_dim, float scale) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    std::size_t i = 0;
+    for (; i + 16 <= head_dim; i += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_loadu_ps(k + i + 8), a1);
     }
+    if (i < head_dim) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), a0);
+    return platform::horizontal_sum(_mm256_add_ps(a0, a1)) * scale;
+}
+
+// scores[j] = exp(scores[j] - max_score) for j < positions; returns 1 / their sum.
+SPECDEC_AVX2_TARGET inline float exponentiate_scores_avx2(float* scores, std::size_t positions, float max_score) {
     const __m256 max_vector = _mm256_set1_ps(max_score);
     __m256 total_vector = _mm256_setzero_ps();
     std::size_t j = 0;
@@ -181,7 +177,45 @@ SPECDEC_AVX2_TARGET inline void attend_runs_avx2(const float* q, const float* ke
         scores[j] = std::exp(scores[j] - max_score);
         total += scores[j];
     }
-    const float inverse_total = 1.0f / total;
+    return 1.0f / total;
+}
+
+// acc[s] += weights[p] * rows[p * stride + 8 s ..] for p < count, in order:
+// `slices` 8-value slices (at most 8) of a 64-dimension block of values.
+SPECDEC_AVX2_TARGET __attribute__((always_inline)) inline void add_weighted_rows_avx2(
+    __m256 (&acc)[8], std::size_t slices, const float* weights, const float* rows, std::size_t stride, std::size_t count) {
+    if (slices == 8) {
+        for (std::size_t p = 0; p < count; ++p) {
+            const __m256 weight = _mm256_set1_ps(weights[p]);
+            const float* v = rows + p * stride;
+#pragma GCC unroll 8
+            for (int s = 0; s < 8; ++s) acc[s] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(v + 8 * s), acc[s]);
+        }
+    } else {
+        for (std::size_t p = 0; p < count; ++p) {
+            const __m256 weight = _mm256_set1_ps(weights[p]);
+            const float* v = rows + p * stride;
+            for (std::size_t s = 0; s < slices; ++s) acc[s] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(v + 8 * s), acc[s]);
+        }
+    }
+}
+
+// One query head against the cached keys/values of `runs` (see
+// for_each_row): scores, softmax and the weighted sum of values in one pass
+// over the rows, with no call per position. head_dim must be a multiple of 8.
+SPECDEC_AVX2_TARGET inline void attend_runs_avx2(const float* q, const float* keys, const float* values, std::size_t stride,
+                                                 const RowRun* runs, std::size_t run_count, std::size_t head_dim, float scale,
+                                                 float* scores, float* out) {
+    float max_score = -INFINITY;
+    std::size_t positions = 0;
+    for (std::size_t r = 0; r < run_count; ++r) {
+        for (std::size_t j = runs[r].first, end = runs[r].first + runs[r].count; j < end; ++j) {
+            scores[positions] = attention_score_avx2(q, keys + j * stride, head_dim, scale);
+            max_score = std::max(max_score, scores[positions]);
+            ++positions;
+        }
+    }
+    const float inverse_total = exponentiate_scores_avx2(scores, positions, max_score);
     // Weighted sum in slices of 64 dimensions held in 8 registers.
     for (std::size_t d0 = 0; d0 < head_dim; d0 += 64) {
         const std::size_t slices = std::min<std::size_t>(8, (head_dim - d0) / 8);
@@ -189,23 +223,8 @@ SPECDEC_AVX2_TARGET inline void attend_runs_avx2(const float* q, const float* ke
         for (int s = 0; s < 8; ++s) acc[s] = _mm256_setzero_ps();
         const float* weights = scores;
         for (std::size_t r = 0; r < run_count; ++r) {
-            const float* run_values = values + runs[r].first * stride + d0;
-            const std::size_t count = runs[r].count;
-            if (slices == 8) {
-                for (std::size_t p = 0; p < count; ++p) {
-                    const __m256 weight = _mm256_set1_ps(weights[p]);
-                    const float* v = run_values + p * stride;
-#pragma GCC unroll 8
-                    for (int s = 0; s < 8; ++s) acc[s] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(v + 8 * s), acc[s]);
-                }
-            } else {
-                for (std::size_t p = 0; p < count; ++p) {
-                    const __m256 weight = _mm256_set1_ps(weights[p]);
-                    const float* v = run_values + p * stride;
-                    for (std::size_t s = 0; s < slices; ++s) acc[s] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(v + 8 * s), acc[s]);
-                }
-            }
-            weights += count;
+            add_weighted_rows_avx2(acc, slices, weights, values + runs[r].first * stride + d0, stride, runs[r].count);
+            weights += runs[r].count;
         }
         const __m256 normaliser = _mm256_set1_ps(inverse_total);
         for (std::size_t s = 0; s < slices; ++s) _mm256_storeu_ps(out + d0 + 8 * s, _mm256_mul_ps(acc[s], normaliser));
