@@ -393,7 +393,8 @@ private:
         layer_runs_.clear();
         head_runs_.clear();
         head_rows_.clear();
-        narrow_rows_.clear();
+        attention_tasks_.clear();
+        const std::size_t heads = weights_.config.head_count;
         std::size_t row = 0;
         for (const SequenceFeed& feed : feeds) {
             KvCache& cache = caches_[feed.slot];
@@ -406,7 +407,13 @@ private:
                 row_tokens_[row + j] = feed.tokens[j];
                 row_cache_[row + j] = &cache;
                 row_position_[row + j] = past + j;
-                if (!wide) narrow_rows_.push_back(row + j);
+            }
+            // A narrow feed's attention: a task per head and up to
+            // kQueriesPerTask consecutive rows (see feed_attention).
+            if (!wide) {
+                for (std::size_t h = 0; h < heads; ++h)
+                    for (std::size_t r = 0; r < count; r += kQueriesPerTask)
+                        attention_tasks_.push_back({row + r, std::min(kQueriesPerTask, count - r), h});
             }
             add_run(layer_runs_, row, count, wide);
             const std::size_t first_returned = feed.last_row_only ? row + count - 1 : row;
@@ -601,25 +608,18 @@ private:
     // (what forward() runs for them), every other row on its own.
     void feed_attention(std::size_t layer) {
         const LlamaConfig& c = weights_.config;
-        const std::size_t hd = c.head_dim(), heads = c.head_count, group = c.head_count / c.kv_heads();
+        const std::size_t hd = c.head_dim(), group = c.head_count / c.kv_heads();
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
         for (const FeedRows& feed : feed_rows_) {
             if (feed.wide) block_attention(layer, feed, scale);
         }
-        if (narrow_rows_.empty()) return;
-        // A task is one head of up to kQueriesPerTask consecutive rows of a
-        // feed (cpu::attend_consecutive): the rows of a verification read the
-        // same cached keys and values, once for all of them rather than once
-        // per row, which at long contexts is most of a narrow pass's
-        // attention time. Each row's output is what attend() gives it alone,
-        // so how rows are grouped changes nothing but speed.
-        attention_tasks_.clear();
-        for (const FeedRows& feed : feed_rows_) {
-            if (feed.wide) continue;
-            for (std::size_t h = 0; h < heads; ++h)
-                for (std::size_t r = 0; r < feed.count; r += kQueriesPerTask)
-                    attention_tasks_.push_back({feed.first_row + r, std::min(kQueriesPerTask, feed.count - r), h});
-        }
+        // A task (built by run_feeds) is one head of up to kQueriesPerTask
+        // consecutive rows of a narrow feed (cpu::attend_consecutive): the
+        // rows of a verification read the same cached keys and values, once
+        // for all of them rather than once per row, which at long contexts is
+        // most of a narrow pass's attention time. Each row's output is what
+        // attend() gives it alone, so how rows are grouped changes nothing but
+        // speed.
         pool_->parallel_for(attention_tasks_.size(), [&](std::size_t t) {
             const AttentionTask& task = attention_tasks_[t];
             const std::size_t h = task.head, kv_head = h / group, i = task.first_row;
@@ -724,8 +724,8 @@ private:
     // head, the rows the head returns, the rows attending one by one.
     std::vector<FeedRows> feed_rows_;
     std::vector<ColumnRun> layer_runs_, head_runs_;
-    std::vector<std::size_t> head_rows_, narrow_rows_;
-    std::vector<AttentionTask> attention_tasks_;
+    std::vector<std::size_t> head_rows_;
+    std::vector<AttentionTask> attention_tasks_;  // narrow feeds' attention, per pass
 };
 
 static_assert(CausalLM<LlamaModel>);
