@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -208,4 +209,144 @@ TEST_CASE("AutoBatchLength resumes drafting once what vetoed it has passed, its 
     AutoBatchLength vetoed;
     const auto plain = lasting.run(vetoed, 240, 80);
     CHECK(plain.drafting_steps <= plain.steps / 16 + 1);
+}
+
+namespace {
+
+// A scripted machine whose drafts carry their confidence: each draft's q has
+// top probability 0.95 (accepted with probability 0.95) or 0.25 (accepted
+// with 0.15), the confident ones `confident` of the time, drawn from a
+// seeded stream per (step, sequence, position). The drafting consults the
+// policy's stop as the batched decoder's lockstep rounds do: round 0 forms
+// q_0 for every drafting sequence, and before each later pass and each draft
+// the stop may end a sequence's draft. A target pass of n tokens costs
+// base + per_token n, a draft round `round` seconds.
+struct ConfidenceMachine {
+    double base = 0.010, per_token = 0.0002, round = 0.0012, confident = 0.6;
+    std::size_t sequences = 1, cap = 8;
+
+    struct Result {
+        double tokens = 0.0, seconds = 0.0;
+        std::size_t drafts = 0, steps = 0;
+        [[nodiscard]] double rate() const { return tokens / seconds; }
+    };
+
+    [[nodiscard]] double uniform(std::uint64_t key) const { return static_cast<double>(scramble(key) >> 11) * 0x1.0p-53; }
+
+    Result run(AutoBatchLength& policy, std::size_t steps, std::size_t counted_from) const {
+        Result result;
+        std::vector<SequenceDraftQuery> queries;
+        for (std::size_t i = 0; i < sequences; ++i) queries.push_back({i, cap, true});
+        std::vector<std::size_t> lengths(sequences), proposed(sequences), passes(sequences);
+        std::vector<SequenceOutcome> outcomes;
+        std::vector<std::size_t> round_widths;
+        std::vector<double> round_seconds;
+        for (std::size_t step = 0; step < steps; ++step) {
+            policy.plan(queries, lengths);
+            outcomes.clear();
+            std::size_t width = 0;
+            double tokens = 0.0;
+            for (std::size_t i = 0; i < sequences; ++i) {
+                REQUIRE(lengths[i] <= cap);
+                const specdec::DraftStop stop = policy.draft_stop(i);
+                proposed[i] = passes[i] = 0;
+                std::size_t accepted = 0;
+                bool chain = true;
+                for (std::size_t m = 0; m < lengths[i]; ++m) {
+                    if (m > 0 && stop(specdec::DraftCandidate{m, 1.0f, false})) break;
+                    ++passes[i];
+                    const std::uint64_t key = (step * 64 + i) * 64 + m;
+                    const bool sure = uniform(key) < confident;
+                    if (stop(specdec::DraftCandidate{m, sure ? 0.95f : 0.25f})) break;
+                    ++proposed[i];
+                    chain = chain && uniform(key ^ 0xA5A5A5A5ull) < (sure ? 0.95 : 0.15);
+                    if (chain) ++accepted;
+                }
+                outcomes.push_back({i, proposed[i], accepted});
+                width += proposed[i] + 1;
+                tokens += static_cast<double>(accepted + 1);
+            }
+            round_widths.clear();
+            round_seconds.clear();
+            for (std::size_t r = 0;; ++r) {
+                const auto b = static_cast<std::size_t>(
+                    std::count_if(passes.begin(), passes.end(), [r](std::size_t p) { return p > r; }));
+                if (b == 0) break;
+                round_widths.push_back(b);
+                round_seconds.push_back(round);
+            }
+            const double target = base + per_token * static_cast<double>(width);
+            double total = target;
+            for (const double seconds : round_seconds) total += seconds;
+            policy.observe(BatchOutcome{outcomes, width, target, round_widths, round_seconds, false, 0.0, total});
+            if (step >= counted_from) {
+                ++result.steps;
+                result.tokens += tokens;
+                result.seconds += total;
+                for (std::size_t i = 0; i < sequences; ++i) result.drafts += proposed[i];
+            }
+        }
+        return result;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("AutoBatchLength's stop drafts on past the plan while drafts are confident and stops at an unconfident one",
+          "[batch_lengths]") {
+    // gain: the least ratio of tokens per second with the stop to without it.
+    // One sequence gains most: each extension round serves it alone, where
+    // in a batch a sequence drafting past the others pays a round of its own.
+    for (const auto& [sequences, gain] : {std::pair<std::size_t, double>{1, 1.08}, {2, 1.02}, {4, 1.0}}) {
+        const ConfidenceMachine machine{.sequences = sequences};
+        AutoBatchLength stopping;
+        AutoBatchLength::Options options;
+        options.confidence_stop = false;
+        AutoBatchLength planned_only(options);
+        const auto with_stop = machine.run(stopping, 3000, 500);
+        const auto without = machine.run(planned_only, 3000, 500);
+        INFO(sequences << " sequences: with the stop " << with_stop.rate() << " tokens/s, " << with_stop.drafts
+                       << " drafts, stopped early " << stopping.stopped_early() << ", extended " << stopping.extended()
+                       << "; planned lengths only " << without.rate() << " tokens/s, " << without.drafts << " drafts");
+        // An unconfident draft ends a draft the plan would have run on (at
+        // 15% acceptance it does not pay for its row)...
+        CHECK(stopping.stopped_early() > with_stop.steps / 4);
+        // ... and a run of confident ones goes past the plan where a round
+        // serves few sequences.
+        if (sequences <= 2) CHECK(stopping.extended() > with_stop.steps / 10);
+        CHECK(with_stop.rate() > gain * without.rate());
+        CHECK(planned_only.stopped_early() == 0);
+        CHECK(planned_only.extended() == 0);
+    }
+}
+
+TEST_CASE("AutoBatchLength's stop stays out of steps that do not draft by plan, and of drafting that does not consult it",
+          "[batch_lengths]") {
+    // A compute-bound pass: the plan drafts nothing, so no stop decides and
+    // no sequence drafts past its plan (the exploring steps' one draft aside).
+    const ConfidenceMachine compute_bound{.base = 0.0, .per_token = 0.004, .sequences = 4};
+    AutoBatchLength policy;
+    const auto result = compute_bound.run(policy, 600, 100);
+    CHECK(policy.extended() == 0);
+    CHECK(result.drafts <= result.steps / 8 + 1);
+
+    // Queries whose drafting does not consult the stop get the planned
+    // lengths: never more than the search's best for a flat pass (period 3:
+    // drafts beyond the second never pay).
+    AutoBatchLength unconsulted;
+    const ScriptedBatch flat{.base = 0.010, .per_token = 0.0001, .sequences = 2, .cap = 8};
+    flat.run(unconsulted, 200, 0);
+    std::vector<SequenceDraftQuery> queries{{0, 8, false}, {1, 8, false}};
+    std::vector<std::size_t> lengths(2);
+    for (int step = 0; step < 15; ++step) {
+        unconsulted.plan(queries, lengths);
+        CHECK(lengths[0] <= 3);
+        CHECK(lengths[1] <= 3);
+        std::vector<SequenceOutcome> outcomes{{0, lengths[0], std::min<std::size_t>(lengths[0], 1)},
+                                              {1, lengths[1], std::min<std::size_t>(lengths[1], 1)}};
+        const std::vector<std::size_t> widths;
+        const std::vector<double> seconds;
+        unconsulted.observe(BatchOutcome{outcomes, lengths[0] + lengths[1] + 2, 0.0105, widths, seconds, false, 0.0, 0.011});
+    }
+    CHECK(unconsulted.extended() == 0);
 }
