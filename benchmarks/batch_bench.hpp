@@ -220,10 +220,9 @@ struct BatchReport {
 };
 
 // A batch length policy that also keeps the cost model of AutoBatchLength
-// over its own steps (for the predicted curve) and the lengths its last step
-// drafted (what the report logs). Over AutoBatchLength it reads the policy's
-// own model; over another policy it feeds a model of its own, which never
-// plans.
+// over its own steps (for the predicted curve) and the lengths of its last
+// plan (what the report logs). Over AutoBatchLength it reads the policy's own
+// model; over another policy it feeds a model of its own, which never plans.
 template <BatchLengthPolicy Inner>
 class MeasuredBatchLength {
 public:
@@ -236,21 +235,10 @@ public:
     void observe(const BatchOutcome& outcome) {
         inner_.observe(outcome);
         if constexpr (!kOwnModel) model_.observe(outcome);
-        // A stop inside the draft rounds makes a plan a maximum: what the
-        // step ran is what each sequence proposed.
-        if (outcome.sequences.size() == last_.size()) {
-            for (std::size_t i = 0; i < last_.size(); ++i)
-                last_[i] = static_cast<std::uint8_t>(std::min<std::size_t>(outcome.sequences[i].proposed, 255));
-        }
     }
     void forget(std::uint64_t id) {
         inner_.forget(id);
         if constexpr (!kOwnModel) model_.forget(id);
-    }
-    DraftStop draft_stop(std::size_t i)
-        requires BatchDraftStops<Inner>
-    {
-        return inner_.draft_stop(i);
     }
     [[nodiscard]] const AutoBatchLength& costs() const {
         if constexpr (kOwnModel) return inner_;

@@ -197,7 +197,6 @@ struct ScriptedCosts {
         policy->observe(outcome);
     }
     void forget(std::uint64_t id) { policy->forget(id); }
-    specdec::DraftStop draft_stop(std::size_t i) { return policy->draft_stop(i); }
 };
 
 // An AutoBatchLength whose warm-up drafts the deepest position (its warm-up
@@ -322,8 +321,8 @@ ScenarioCounts exact_under_scripted_auto(const std::string& name, std::size_t k,
     return counts;
 }
 
-TEST_CASE("batched decoding with a draft model is exact per request among batch mates: AutoBatchLength and its "
-          "confidence stop drafting to the deepest position",
+TEST_CASE("batched decoding with a draft model is exact per request among batch mates: AutoBatchLength drafting to the "
+          "deepest position",
           "[exactness][decoder][batched][length-policy]") {
     constexpr std::size_t k = 4;
     const SamplingOptions sampling{.temperature = 1.0};
@@ -348,16 +347,6 @@ TEST_CASE("batched decoding with a draft model is exact per request among batch 
         CHECK(counts->lengths[k] < counts->samples);
     }
     CHECK(tokenwise_policy.steps_observed() > kSamples);
-    // The confidence stop decided drafts in these samples: it ended drafts
-    // before a planned length and kept drafts past one.
-    for (const specdec::AutoBatchLength* policy : {&tokenwise_policy, &block_policy}) {
-        INFO("stopped early " << policy->stopped_early() << ", extended " << policy->extended());
-        if (const char* verbose = std::getenv("SPECDEC_EXACTNESS_REPORT"); verbose != nullptr && *verbose != '\0')
-            std::cout << "exactness: the stop ended " << policy->stopped_early() << " drafts before the plan and kept "
-                      << policy->extended() << " past it\n";
-        CHECK(policy->stopped_early() > 0);
-        CHECK(policy->extended() > 0);
-    }
 }
 
 TEST_CASE("batched decoding is exact per request when AutoBatchLength's check against realized tokens per second runs "

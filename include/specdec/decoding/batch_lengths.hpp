@@ -16,7 +16,6 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <sstream>
 #include <span>
 #include <unordered_map>
@@ -24,7 +23,6 @@
 
 #include "specdec/core/error.hpp"
 #include "specdec/decoding/acceptance_estimate.hpp"
-#include "specdec/decoding/drafter.hpp"
 #include "specdec/decoding/pass_costs.hpp"
 
 namespace specdec {
@@ -33,9 +31,6 @@ namespace specdec {
 struct SequenceDraftQuery {
     std::uint64_t id = 0;  // the request (its acceptance is learned per request)
     std::size_t cap = 0;   // the most drafts it may hold (its draft_tokens, context and token budget allow)
-    // Its drafting asks the policy's draft_stop before each draft (a draft
-    // model does; a drafter that ignores stops would draft every extension).
-    bool consults_stop = false;
 };
 
 // What one sequence's verification decided.
@@ -62,20 +57,12 @@ struct BatchOutcome {
 
 // plan(queries, lengths): lengths[i] <= queries[i].cap for each sequence.
 // observe(outcome) after each step; forget(id) when a request retires.
-// A policy may also offer draft_stop(i) (BatchDraftStops): a stop rule the
-// drafting of the plan's i-th sequence consults before each of its drafts
-// (DraftCandidate; asked between plan() and observe()).
 template <class P>
 concept BatchLengthPolicy = requires(P& policy, std::span<const SequenceDraftQuery> queries,
                                      std::span<std::size_t> lengths, const BatchOutcome& outcome, std::uint64_t id) {
     { policy.plan(queries, lengths) };
     { policy.observe(outcome) };
     { policy.forget(id) };
-};
-
-template <class P>
-concept BatchDraftStops = requires(P& policy, std::size_t i) {
-    { policy.draft_stop(i) } -> std::same_as<DraftStop>;
 };
 
 // Every sequence drafts its cap (its own draft_tokens, where room allows).
@@ -119,18 +106,6 @@ struct FixedBatchLength {
 // the widest of them, one step in widen_every drafts out to twice that width
 // (widen_past_timed): a GPU's pass, flat far past what warm-up times, is then
 // timed out to the widths worth drafting in a few steps, not hundreds.
-// Within a step, each draft is decided by its worth (confidence_stop), as
-// AutoLength's stop does for one sequence: the plan's rate R (tokens per
-// second of the whole batch) prices every draft, a drafting sequence may run
-// to max_extension drafts past its planned length, and draft m of sequence
-// i is kept iff the tokens it and the drafts after it promise (valued by
-// A(t), the acceptance of a draft whose q has top probability t, learned
-// over every request: ConfidenceBins) outweigh R times what they add to the
-// step: the wider target pass (the other sequences' planned rows held fixed)
-// and their share of the draft rounds. Before the pass that would form q_m,
-// the pass itself is weighed the same way against its expected worth. The
-// stop reads only this sequence's drafts' q and what earlier steps measured:
-// each sequence stays exact.
 // A check on the model: the tokens per second the plain steps and the steps
 // that drafted by plan actually reached, by batch size. Where drafting has
 // recently been the slower of the two (costs the model does not see, such as
@@ -148,16 +123,10 @@ public:
         std::size_t widen_every = 4;    // a step in this many may time a pass twice the widest timed (see widen_past_timed)
         double decay = 0.98;            // per-step weight of older samples
         double prior_strength = 4.0;    // pseudo-samples pulling a request's a_m to the pooled one
-        double bin_prior_strength = 1.0;  // pseudo-samples pulling A(t) towards a_m
-        bool confidence_stop = true;    // decide each draft of a planned step by its worth (else: the planned lengths)
-        std::size_t max_extension = 2;  // the stop may draft up to this many past a sequence's planned length
     };
 
     AutoBatchLength() : AutoBatchLength(Options{}) {}
-    explicit AutoBatchLength(Options options)
-        : options_(options),
-          pooled_(options.decay, options.prior_strength),
-          bins_(options.decay, options.bin_prior_strength) {
+    explicit AutoBatchLength(Options options) : options_(options), pooled_(options.decay, options.prior_strength) {
         if (!(options_.decay > 0.0 && options_.decay <= 1.0)) {
             std::ostringstream message;
             message << "invalid AutoBatchLength decay = " << options_.decay << ": expected a value in (0, 1]";
@@ -172,64 +141,6 @@ public:
     }
 
     void plan(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
-        plan_lengths(queries, lengths);
-        prepare_stops(queries, lengths);
-    }
-
-    // The stop rule of the last plan's i-th sequence (none without confidence_stop).
-    DraftStop draft_stop(std::size_t i) {
-        if (!options_.confidence_stop || i >= hooks_.size()) return {};
-        return DraftStop(hooks_[i]);
-    }
-
-    void observe(const BatchOutcome& outcome) {
-        ++steps_;
-        record_rate(outcome);
-        pooled_.age();
-        for (auto& [id, estimate] : requests_) estimate.age(options_.decay);
-        bins_.age_formed();
-        for (const SequenceOutcome& s : outcome.sequences) {
-            const std::size_t tested = std::min(s.proposed, s.accepted + 1);
-            Counts& own = requests_[s.id];
-            pooled_.reserve(s.proposed);
-            for (std::size_t m = 0; m < tested; ++m) {
-                const double kept = m < s.accepted ? 1.0 : 0.0;
-                pooled_.count(m, 0, 1.0, kept);
-                own.add(m, kept);
-            }
-            // Each tested draft's confidence, for A(t).
-            const auto stop = std::find_if(stops_.begin(), stops_.end(), [&](const SequenceStopState& st) { return st.id == s.id; });
-            if (stop == stops_.end()) continue;
-            for (std::size_t m = 0; m < tested && m < stop->tops.size(); ++m) bins_.tested(stop->tops[m], m < s.accepted);
-        }
-        bins_.refresh();
-        stops_.clear();
-        pooled_chain_ = pooled_.chain();
-        observe_costs(outcome);
-    }
-
-    void forget(std::uint64_t id) { requests_.erase(id); }
-
-    // What the policy believes (for reports): V(n) and D(b) in seconds (-1
-    // before any timing), and the pooled acceptance of draft m.
-    [[nodiscard]] double target_pass_seconds(std::size_t n) const { return target_.at(n); }
-    [[nodiscard]] double draft_round_seconds(std::size_t b) const { return draft_round_.at(b); }
-    [[nodiscard]] double pooled_acceptance(std::size_t m) const {
-        if (pooled_chain_.empty()) return 0.5;
-        return pooled_chain_[std::min(m, pooled_chain_.size() - 1)];
-    }
-    [[nodiscard]] std::size_t steps_observed() const { return steps_; }
-    // Steps planned by widen_past_timed (drafting past the widest timed width).
-    [[nodiscard]] std::size_t widened_steps() const { return widened_; }
-    // Probes of a vetoed plan that beat the plain steps and ended the veto.
-    [[nodiscard]] std::size_t veto_lifts() const { return veto_lifts_; }
-    // Drafts the stop ended a sequence's draft before (in planned steps), and
-    // drafts it kept past a sequence's planned length.
-    [[nodiscard]] std::size_t stopped_early() const { return stopped_early_; }
-    [[nodiscard]] std::size_t extended() const { return extended_; }
-
-private:
-    void plan_lengths(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
         const std::size_t n = queries.size();
         step_kind_ = StepKind::other;
         if (steps_ < options_.warmup_steps) {
@@ -285,7 +196,22 @@ private:
         }
     }
 
-    void observe_costs(const BatchOutcome& outcome) {
+    void observe(const BatchOutcome& outcome) {
+        ++steps_;
+        record_rate(outcome);
+        pooled_.age();
+        for (auto& [id, estimate] : requests_) estimate.age(options_.decay);
+        for (const SequenceOutcome& s : outcome.sequences) {
+            const std::size_t tested = std::min(s.proposed, s.accepted + 1);
+            Counts& own = requests_[s.id];
+            pooled_.reserve(s.proposed);
+            for (std::size_t m = 0; m < tested; ++m) {
+                const double kept = m < s.accepted ? 1.0 : 0.0;
+                pooled_.count(m, 0, 1.0, kept);
+                own.add(m, kept);
+            }
+        }
+        pooled_chain_ = pooled_.chain();
         if (outcome.target_width > 0) target_.add(outcome.target_width, outcome.target_seconds, options_.decay);
         double drafting = 0.0;
         for (std::size_t r = 0; r < outcome.draft_round_widths.size(); ++r) {
@@ -299,140 +225,23 @@ private:
         }
     }
 
-    // The stop of one sequence of a step, as the drafting sees it.
-    struct SequenceStop {
-        AutoBatchLength* policy = nullptr;
-        std::size_t index = 0;
-        bool operator()(const DraftCandidate& candidate) const { return policy->consult(index, candidate); }
-    };
-    // What the stop of one sequence knows of its step (prepare_stops).
-    struct SequenceStopState {
-        std::uint64_t id = 0;
-        bool deciding = false;      // the stop decides (a planned step); else it only records
-        std::size_t planned = 0;    // the search's length for the sequence
-        std::size_t limit = 0;      // the most it may draft: planned + max_extension, within its cap
-        std::size_t base_width = 0; // the pass's planned width without this sequence's drafts
-        double kept = 1.0;          // K: the probability that every draft kept so far is accepted
-        std::vector<double> acceptance;  // a_m of this request, m < limit
-        std::vector<double> unformed;    // a' (A averaged over P(t)) by position
-        std::vector<double> round_cost;  // what this sequence's pass in draft round m adds to the round
-        std::vector<float> tops;         // top probability of each draft kept this step
-    };
+    void forget(std::uint64_t id) { requests_.erase(id); }
 
-    // Every sequence's stop for the step just planned: a planned drafting
-    // step lets each drafting sequence run past its planned length, and its
-    // stop decides draft by draft; any other step (warm-up, exploring,
-    // widening, vetoed) drafts what was planned, its stops only recording
-    // the drafts' confidence.
-    void prepare_stops(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
-        const std::size_t n = queries.size();
-        stops_.resize(n);
-        hooks_.resize(n);
-        const bool deciding = options_.confidence_stop && step_kind_ == StepKind::planned_drafts && plan_rate_ > 0.0;
-        std::size_t width = n, longest = 0;
-        for (std::size_t i = 0; i < n; ++i) width += lengths[i], longest = std::max(longest, lengths[i]);
-        // planned_rounds[m]: sequences planned to draft at least m + 1.
-        std::vector<std::size_t>& planned_rounds = drafting_;
-        planned_rounds.assign(longest + options_.max_extension + 1, 0);
-        for (std::size_t i = 0; i < n; ++i)
-            for (std::size_t m = 0; m < lengths[i]; ++m) ++planned_rounds[m];
-        for (std::size_t i = 0; i < n; ++i) {
-            hooks_[i] = SequenceStop{this, i};
-            SequenceStopState& st = stops_[i];
-            st.id = queries[i].id;
-            st.deciding = deciding && lengths[i] > 0 && queries[i].consults_stop;
-            st.planned = lengths[i];
-            st.kept = 1.0;
-            st.tops.clear();
-            if (!st.deciding) continue;
-            st.limit = std::min(queries[i].cap, lengths[i] + options_.max_extension);
-            st.base_width = width - lengths[i];
-            const auto found = requests_.find(queries[i].id);
-            const Counts* own = found == requests_.end() ? nullptr : &found->second;
-            st.acceptance.resize(st.limit);
-            st.unformed.resize(st.limit);
-            st.round_cost.resize(st.limit);
-            for (std::size_t m = 0; m < st.limit; ++m) {
-                st.acceptance[m] = acceptance(own, m);
-                st.unformed[m] = bins_.unformed(st.acceptance[m]);
-                const std::size_t others = planned_rounds[m] - (m < lengths[i] ? 1 : 0);
-                st.round_cost[m] = stop_round_seconds(others + 1) - stop_round_seconds(others);
-            }
-            lengths[i] = st.limit;
-        }
+    // What the policy believes (for reports): V(n) and D(b) in seconds (-1
+    // before any timing), and the pooled acceptance of draft m.
+    [[nodiscard]] double target_pass_seconds(std::size_t n) const { return target_.at(n); }
+    [[nodiscard]] double draft_round_seconds(std::size_t b) const { return draft_round_.at(b); }
+    [[nodiscard]] double pooled_acceptance(std::size_t m) const {
+        if (pooled_chain_.empty()) return 0.5;
+        return pooled_chain_[std::min(m, pooled_chain_.size() - 1)];
     }
+    [[nodiscard]] std::size_t steps_observed() const { return steps_; }
+    // Steps planned by widen_past_timed (drafting past the widest timed width).
+    [[nodiscard]] std::size_t widened_steps() const { return widened_; }
+    // Probes of a vetoed plan that beat the plain steps and ended the veto.
+    [[nodiscard]] std::size_t veto_lifts() const { return veto_lifts_; }
 
-    // The stop hook of sequence i (see prepare_stops and the class comment).
-    bool consult(std::size_t i, const DraftCandidate& candidate) {
-        SequenceStopState& st = stops_[i];
-        if (!st.deciding) {
-            if (candidate.formed) st.tops.push_back(candidate.top_probability);
-            if (candidate.formed) bins_.formed(candidate.top_probability);
-            return false;
-        }
-        const std::size_t m = candidate.index;
-        if (m >= st.limit) return true;
-        if (!candidate.formed) {
-            // Spend the pass that forms q_m iff what it may bring, over the
-            // confidences a q has had, pays for it at the plan's rate.
-            double worth = 0.0;
-            for (std::size_t bin = 0; bin < ConfidenceBins::kBins; ++bin)
-                worth += bins_.formed_in(bin) *
-                         std::max(0.0, span_worth(st, m, st.kept * bins_.acceptance(bin, st.acceptance[m])));
-            const double seen = bins_.formed_total();
-            const bool stop = seen > 0.0 && worth < seen * plan_rate_ * st.round_cost[m];
-            if (stop && m < st.planned) ++stopped_early_;
-            return stop;
-        }
-        st.tops.push_back(candidate.top_probability);
-        bins_.formed(candidate.top_probability);
-        const double accept = bins_.acceptance(ConfidenceBins::bin_of(candidate.top_probability), st.acceptance[m]);
-        if (span_worth(st, m, st.kept * accept) < 0.0) {
-            st.tops.pop_back();
-            if (m < st.planned) ++stopped_early_;
-            return true;
-        }
-        if (m >= st.planned) ++extended_;
-        st.kept *= accept;
-        return false;
-    }
-
-    // The worth, in tokens less plan-rate seconds, of keeping draft m
-    // (accepted, with every draft before it, with probability `reach`) and
-    // drafting on to j drafts, for the best j up to the limit: the later
-    // drafts valued at a', each adding its row to the pass, its acceptance
-    // work and its share of a draft round. Spans rather than draft m alone,
-    // because V(n) need not grow evenly.
-    [[nodiscard]] double span_worth(const SequenceStopState& st, std::size_t m, double reach) const {
-        const double r = row_.value(), base = stop_pass_seconds(st.base_width + m);
-        double tokens = 0.0, survive = reach, rounds = 0.0, best = -std::numeric_limits<double>::infinity();
-        for (std::size_t j = m + 1; j <= std::max(st.limit, m + 1); ++j) {
-            tokens += survive;  // draft j - 1 kept
-            const double seconds = stop_pass_seconds(st.base_width + j) - base + static_cast<double>(j - m) * r + rounds;
-            best = std::max(best, tokens - plan_rate_ * seconds);
-            if (j < st.limit) {
-                survive *= st.unformed[j];
-                rounds += st.round_cost[j];
-            }
-        }
-        return best;
-    }
-
-    // V(n) and D(b) for the stop, which prices single rows and single
-    // sequences' round passes: linear between the widths timed (a jump
-    // between two timed widths is shared by the rows in between, where the
-    // search would charge it whole to the first), extrapolated past the
-    // widest as PassCostCurve::at does; dear (a second) before any timing.
-    [[nodiscard]] double stop_pass_seconds(std::size_t n) const {
-        const double v = target_.at(n);
-        return v >= 0.0 ? v : 1.0;
-    }
-    [[nodiscard]] double stop_round_seconds(std::size_t b) const {
-        if (b == 0) return 0.0;
-        const double d = draft_round_.at(b);
-        return d >= 0.0 ? d : 1.0;
-    }
-
+private:
     // A request's own decayed counts by draft position.
     struct Counts {
         std::vector<double> tested, accepted;
@@ -656,7 +465,6 @@ private:
             }
         }
         std::copy(best_.begin(), best_.end(), lengths.begin());
-        plan_rate_ = best_rate;
     }
 
     Options options_;
@@ -669,11 +477,6 @@ private:
     std::vector<double> gain_;
     std::vector<std::size_t> drafting_, best_;
     std::vector<ModeRates> rates_;
-    ConfidenceBins bins_;
-    double plan_rate_ = 0.0;  // R: the planned step's tokens per second
-    std::vector<SequenceStop> hooks_;
-    std::vector<SequenceStopState> stops_;
-    std::size_t stopped_early_ = 0, extended_ = 0;
     StepKind step_kind_ = StepKind::other;
 };
 

@@ -170,11 +170,11 @@ public:
     auto& drafter() { return this->drafter_; }
 
     // A proposal from the slot's own drafter (drafting one slot at a time).
-    DraftProposal propose_alone(StepRecord& step, std::size_t k, DraftStop stop) {
+    DraftProposal propose_alone(StepRecord& step, std::size_t k) {
         const CounterRng random = rng();
         return this->propose(step, [&] {
             if (k == 0) return DraftProposal{};
-            return this->drafter_.propose(DraftRequest{this->sequence_, k, this->options_.sampling, random, stop});
+            return this->drafter_.propose(DraftRequest{this->sequence_, k, this->options_.sampling, random});
         });
     }
 
@@ -260,9 +260,6 @@ class BatchedDecoder {
     static constexpr bool kDraftModel = !Drafter<Draft>;
     static constexpr bool kDrafts = !std::same_as<Draft, NoDrafts>;
     static constexpr bool kLockstep = kDraftModel && MultiSequenceLM<Draft>;
-    // A draft model's drafting asks the policy's stop (if it has one) before
-    // each draft; another drafter may not, and is never planned past its length.
-    static constexpr bool kStopConsulted = kDraftModel && BatchDraftStops<Policy>;
     using Slot = detail::BatchSlot<Target, Draft>;
 
 public:
@@ -386,7 +383,7 @@ public:
         }
 
         queries_.clear();
-        for (const Active& a : active_) queries_.push_back({a.slot->id, a.slot->cap(a.record, kDrafts), kStopConsulted});
+        for (const Active& a : active_) queries_.push_back({a.slot->id, a.slot->cap(a.record, kDrafts)});
         lengths_.assign(active_.size(), 0);
         policy_.plan(queries_, lengths_);
         for (std::size_t i = 0; i < active_.size(); ++i) {
@@ -496,7 +493,7 @@ private:
             double model_free_seconds = 0.0;
             for (Active& a : active_) {
                 try {
-                    a.proposal = a.slot->propose_alone(a.record, a.k_max, draft_stop(static_cast<std::size_t>(&a - active_.data())));
+                    a.proposal = a.slot->propose_alone(a.record, a.k_max);
                     if (a.proposal.forward_passes > 0) {
                         round_widths_.push_back(1);
                         round_seconds_.push_back(a.record.stats().draft_seconds);
@@ -535,7 +532,7 @@ private:
             a.k_max = std::min(a.k_max, room);
             a.proposal.vocab = vocab;
             a.proposal.tokens.reserve(a.k_max);
-            requests_.push_back(DraftRequest{history, a.k_max, a.slot->sampling(), rngs_for(i), draft_stop(i)});
+            requests_.push_back(DraftRequest{history, a.k_max, a.slot->sampling(), rngs_for(i)});
             if (a.k_max > 0) drafting_.push_back(i);
         }
         for (std::size_t round = 0; !drafting_.empty(); ++round) {
@@ -595,15 +592,6 @@ private:
             report.drafts += a.proposal.size();
         }
         report.draft_rounds += round_widths_.size();
-    }
-
-    // The policy's stop rule for active request i, if it has one.
-    DraftStop draft_stop(std::size_t i) {
-        if constexpr (BatchDraftStops<Policy>) {
-            return policy_.draft_stop(i);
-        } else {
-            return {};
-        }
     }
 
     // The random stream of active request i (kept alive for its DraftRequest).
