@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "specdec/constraints/regex_constraint.hpp"
 #include "specdec/decoding/batched_decoder.hpp"
 #include "specdec/specdec.hpp"
 #include "support/catch.hpp"
@@ -117,7 +118,8 @@ struct ScenarioCounts {
 // seed) admitted mid-flight, more mates, then every request to its end.
 template <class Decoder>
 SampledRun run_with_mates(Decoder& decoder, const std::vector<Token>& prompt, DecodingOptions measured,
-                          std::uint64_t seed, ScenarioCounts& counts) {
+                          std::uint64_t seed, ScenarioCounts& counts,
+                          specdec::GenerationResult* measured_result = nullptr) {
     Mates mates(seed);
     measured.seed = seed;
     // Mate A has the measured prompt and ends within two steps: its slot holds
@@ -155,6 +157,7 @@ SampledRun run_with_mates(Decoder& decoder, const std::vector<Token>& prompt, De
     ++counts.samples;
     if (it->generation.stats.prefill_tokens == 0 && prompt.size() > 1) ++counts.reused_prefix;
     specdec::test::detail::add_counts(counts.lengths, it->generation.stats.draft_length_counts);
+    if (measured_result != nullptr) *measured_result = it->generation;
     return specdec::test::sampled_run(it->generation);
 }
 
@@ -507,6 +510,157 @@ TEST_CASE("batched prompt lookup with block verification and AutoBatchLength is 
     // The deepest position was drafted at many first steps, not only in the warm-up.
     CHECK(report.reached[k - 1] > kSamples / 2);
     check_batched(counts);
+}
+
+// Texts "a" and "b" and an end token without text; "(ab|ba)*" allows
+// different tokens at different states, and the end token only after a whole
+// number of pairs (then only end tokens).
+const std::vector<std::string> kPairTexts{"a", "b", ""};
+constexpr Token kPairEnd = 2;
+
+// What "(ab|ba)*" allows after `generated`, worked out by hand rather than by
+// the constraint's automaton: an unpaired letter must be followed by the
+// other one; after whole pairs, any letter or the end.
+std::vector<bool> pairs_allowed_after(std::span<const Token> generated) {
+    std::size_t letters = 0;
+    Token last = 0;
+    for (const Token t : generated) {
+        if (t == kPairEnd) return {false, false, true};
+        ++letters;
+        last = t;
+    }
+    if (letters % 2 == 1) return {last == 1, last == 0, false};
+    return {true, true, true};
+}
+
+TEST_CASE("batched decoding under a regex constraint is exact per request among batch mates, and is the "
+          "single-sequence decoder's constrained decoding token for token",
+          "[exactness][decoder][batched][constraints]") {
+    constexpr std::size_t k = 4;
+    for (const SamplingOptions& base : {SamplingOptions{.temperature = 1.0}, SamplingOptions{.temperature = 0.8, .top_p = 0.9}}) {
+        ToySlots target = toy_slots(target_options()), draft = toy_slots(draft_options());
+        ToyLM alone_target(target_options()), alone_draft(draft_options());
+        const ToyLM reference(target_options());
+        specdec::RegexConstraint measured_constraint("(ab|ba)*", kPairTexts, {kPairEnd});
+        specdec::RegexConstraint alone_constraint("(ab|ba)*", kPairTexts, {kPairEnd});
+        ExactnessSetup setup = setup_for("batched, regex (ab|ba)*, T " + std::to_string(base.temperature), kPrompt, k,
+                                         reference, base);
+        setup.target = reference_conditional(reference, base, kPrompt.size(), pairs_allowed_after);
+        SamplingOptions sampling = base;
+        sampling.constraint = &measured_constraint;
+        const DecodingOptions measured{.draft_tokens = k, .sampling = sampling, .max_new_tokens = setup.length};
+        ScenarioCounts counts;
+        std::size_t same_as_alone = 0, allowed = 0;
+        const auto report = run_exactness(setup, [&](std::uint64_t seed) {
+            BatchedDecoder<ToySlots, ToySlots, specdec::TokenwiseRejection, specdec::FixedBatchLength> decoder(
+                specdec::target(target), specdec::draft(draft));
+            SampledRun run = run_with_mates(decoder, kPrompt, measured, seed, counts);
+            // Every emitted token is one the pattern allows.
+            bool valid = true;
+            for (std::size_t i = 0; i < run.tokens.size(); ++i) {
+                const std::vector<bool> ok = pairs_allowed_after(std::span<const Token>(run.tokens).first(i));
+                valid = valid && ok[static_cast<std::size_t>(run.tokens[i])];
+            }
+            allowed += valid ? 1 : 0;
+            // The same request alone, with the same seed and lengths.
+            DecodingOptions alone = measured;
+            alone.seed = seed;
+            alone.sampling.constraint = &alone_constraint;
+            specdec::SpeculativeDecoder<ToyLM, ToyLM> single(specdec::target(alone_target), specdec::draft(alone_draft),
+                                                             alone);
+            same_as_alone += single.generate(kPrompt).tokens == run.tokens ? 1 : 0;
+            return run;
+        });
+        check_exact(report, k);
+        check_batched(counts);
+        CHECK(allowed == counts.samples);
+        CHECK(same_as_alone == counts.samples);
+    }
+}
+
+// A grammar adapter with a bug: it reports the pattern's tokens at its start
+// state and never moves (advance() accepts what the start state allows and
+// stays put; rollback() has nothing to undo).
+class FrozenConstraint final : public specdec::TokenConstraint {
+public:
+    explicit FrozenConstraint(specdec::RegexConstraint& inner) : inner_(&inner) {}
+    [[nodiscard]] std::string name() const override { return "frozen " + inner_->name(); }
+    void reset() override { inner_->reset(); }
+    void allowed(std::span<std::uint8_t> allowed) override { inner_->allowed(allowed); }
+    bool advance(Token token) override {
+        std::vector<std::uint8_t> mask(kPairTexts.size());
+        inner_->allowed(mask);
+        return mask[static_cast<std::size_t>(token)] != 0;
+    }
+    void rollback(std::size_t) override {}
+
+private:
+    specdec::RegexConstraint* inner_;
+};
+
+TEST_CASE("negative control: a batched request under a constraint that never leaves its start state is caught",
+          "[exactness][decoder][batched][constraints][negative-control]") {
+    constexpr std::size_t k = 4;
+    const SamplingOptions base{.temperature = 1.0};
+    ToySlots target = toy_slots(target_options()), draft = toy_slots(draft_options());
+    const ToyLM reference(target_options());
+    specdec::RegexConstraint pattern("(ab|ba)*", kPairTexts, {kPairEnd});
+    FrozenConstraint frozen(pattern);
+    ExactnessSetup setup = setup_for("batched, frozen regex constraint", kPrompt, k, reference, base);
+    setup.target = reference_conditional(reference, base, kPrompt.size(), pairs_allowed_after);
+    SamplingOptions sampling = base;
+    sampling.constraint = &frozen;
+    ScenarioCounts counts;
+    const auto report = run_exactness(setup, [&](std::uint64_t seed) {
+        BatchedDecoder<ToySlots, ToySlots, specdec::TokenwiseRejection, specdec::FixedBatchLength> decoder(
+            specdec::target(target), specdec::draft(draft));
+        return run_with_mates(decoder, kPrompt, {.draft_tokens = k, .sampling = sampling, .max_new_tokens = setup.length},
+                              seed, counts);
+    });
+    check_caught(report, k);
+    check_batched(counts);
+}
+
+TEST_CASE("a batched request's logprobs are those the single-sequence decoder reports for it, whatever its mates",
+          "[decoder][batched][logprobs]") {
+    constexpr std::size_t k = 4;
+    ToySlots target = toy_slots(target_options()), draft = toy_slots(draft_options());
+    ToyLM alone_target(target_options()), alone_draft(draft_options());
+    for (const specdec::LogprobSource source : {specdec::LogprobSource::processed, specdec::LogprobSource::raw}) {
+        for (const SamplingOptions& sampling : {SamplingOptions{.temperature = 0.0}, SamplingOptions{.temperature = 0.9, .top_k = 2}}) {
+            const DecodingOptions measured{.draft_tokens = k, .sampling = sampling, .max_new_tokens = 12,
+                                           .logprobs = {.enabled = true, .top_n = 2, .source = source}};
+            ScenarioCounts counts;
+            for (std::uint64_t seed = 500; seed < 700; ++seed) {
+                BatchedDecoder<ToySlots, ToySlots, specdec::TokenwiseRejection, specdec::FixedBatchLength> decoder(
+                    specdec::target(target), specdec::draft(draft));
+                specdec::GenerationResult batched;
+                run_with_mates(decoder, kPrompt, measured, seed, counts, &batched);
+                DecodingOptions alone = measured;
+                alone.seed = seed;
+                specdec::SpeculativeDecoder<ToyLM, ToyLM> single(specdec::target(alone_target),
+                                                                 specdec::draft(alone_draft), alone);
+                const specdec::GenerationResult expected = single.generate(kPrompt);
+                // Same seed and lengths: the same tokens, and the logprobs read
+                // from the same rows, bitwise.
+                REQUIRE(batched.tokens == expected.tokens);
+                REQUIRE(batched.logprobs.size() == batched.tokens.size());
+                REQUIRE(expected.logprobs.size() == expected.tokens.size());
+                for (std::size_t i = 0; i < batched.logprobs.size(); ++i) {
+                    INFO("seed " << seed << ", token " << i);
+                    CHECK(batched.logprobs[i].token == expected.logprobs[i].token);
+                    CHECK(batched.logprobs[i].logprob == expected.logprobs[i].logprob);
+                    REQUIRE(batched.logprobs[i].top.size() == 2);
+                    REQUIRE(expected.logprobs[i].top.size() == 2);
+                    for (std::size_t j = 0; j < 2; ++j) {
+                        CHECK(batched.logprobs[i].top[j].token == expected.logprobs[i].top[j].token);
+                        CHECK(batched.logprobs[i].top[j].logprob == expected.logprobs[i].top[j].logprob);
+                    }
+                }
+            }
+            check_batched(counts);
+        }
+    }
 }
 
 TEST_CASE("batched plain decoding (NoDrafts) is exact per request among batch mates", "[exactness][decoder][batched]") {
