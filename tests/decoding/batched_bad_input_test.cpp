@@ -11,7 +11,8 @@
 //   - ended by the batch: NaN logits in one sequence's rows (target or draft:
 //     status failed, the message names the NaN and its position), a stream
 //     callback returning false (StopReason::callback), a full context
-//     (StopReason::context_full).
+//     (StopReason::context_full), a grammar constraint that leaves no token
+//     allowed (status failed, the message names the constraint).
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "specdec/decoding/batched_decoder.hpp"
+#include "specdec/sampling/token_constraint.hpp"
 #include "specdec/specdec.hpp"
 #include "support/catch.hpp"
 #include "support/slot_models.hpp"
@@ -316,6 +318,52 @@ TEST_CASE("batched: NaN logits in one sequence fail that request with a message 
             CHECK(results.size() == kMates.size() + 1);
             check_mates_unchanged(results, ids);
         }
+    }
+}
+
+// A grammar that ends in a dead end: every token is allowed for the first
+// `length` tokens, none after them (a grammar adapter whose matcher failed).
+class DeadEndConstraint final : public specdec::TokenConstraint {
+public:
+    explicit DeadEndConstraint(std::size_t length) : length_(length) {}
+    [[nodiscard]] std::string name() const override { return "dead end after " + std::to_string(length_); }
+    void reset() override { depth_ = 0; }
+    void allowed(std::span<std::uint8_t> allowed) override {
+        std::fill(allowed.begin(), allowed.end(), depth_ < length_ ? 1 : 0);
+    }
+    bool advance(Token) override {
+        if (depth_ >= length_) return false;
+        ++depth_;
+        return true;
+    }
+    void rollback(std::size_t tokens) override { depth_ -= tokens; }
+
+private:
+    std::size_t length_, depth_ = 0;
+};
+
+TEST_CASE("batched: a constraint that leaves no token allowed fails its request with a message naming it; the others "
+          "are unchanged",
+          "[errors][batched][constraints]") {
+    for (const double temperature : {0.0, 1.0}) {
+        INFO("temperature " << temperature);
+        DeadEndConstraint dead_end(5);
+        Request bad{{3, 1, 4}, {.draft_tokens = 4, .sampling = {.temperature = temperature}, .seed = 21, .max_new_tokens = 12}};
+        bad.options.sampling.constraint = &dead_end;
+        Batch batch(3);
+        std::vector<RequestId> ids;
+        RequestId bad_id = 0;
+        const auto results = run_mates(batch.decoder, ids, [&](std::size_t step) {
+            if (step == 1) bad_id = batch.decoder.submit(bad.prompt, bad.options);
+        });
+        REQUIRE(results.count(bad_id) == 1);
+        const RequestResult& failed = results.at(bad_id);
+        CHECK(failed.status == RequestStatus::failed);
+        CHECK_THAT(failed.error, Catch::Contains("dead end after 5 allows no token at position"));
+        // The five tokens the constraint allowed, at most, came out before it failed.
+        CHECK(failed.generation.tokens.size() <= 5);
+        CHECK(results.size() == kMates.size() + 1);
+        check_mates_unchanged(results, ids);
     }
 }
 
