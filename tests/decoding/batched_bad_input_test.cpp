@@ -149,6 +149,24 @@ specdec::GenerationResult alone(const Request& request, ToyLMOptions target_mode
 }
 
 
+// Runs the mates with `bad` submitted before step 1; the bad request must end
+// with status failed and a message containing `message`, every mate as in the
+// clean run. Returns the failed request's result.
+RequestResult failing_beside_mates(Batch& batch, const Request& bad, const std::string& message) {
+    std::vector<RequestId> ids;
+    RequestId bad_id = 0;
+    auto results = run_mates(batch.decoder, ids, [&](std::size_t step) {
+        if (step == 1) bad_id = batch.decoder.submit(bad.prompt, bad.options);
+    });
+    REQUIRE(results.count(bad_id) == 1);
+    RequestResult failed = results.at(bad_id);
+    CHECK(failed.status == RequestStatus::failed);
+    CHECK_THAT(failed.error, Catch::Contains(message));
+    CHECK(results.size() == kMates.size() + 1);
+    check_mates_unchanged(results, ids);
+    return failed;
+}
+
 TEST_CASE("batched submit refuses a bad request with a clear error, queues nothing, and the others are unchanged",
           "[errors][batched]") {
     struct Bad {
@@ -304,19 +322,9 @@ TEST_CASE("batched: NaN logits in one sequence fail that request with a message 
             Request bad = long_request;
             bad.options.sampling.temperature = temperature;
             Batch batch(3, c.target, c.draft);
-            std::vector<RequestId> ids;
-            RequestId bad_id = 0;
-            const auto results = run_mates(batch.decoder, ids, [&](std::size_t step) {
-                if (step == 1) bad_id = batch.decoder.submit(bad.prompt, bad.options);
-            });
-            REQUIRE(results.count(bad_id) == 1);
-            const RequestResult& failed = results.at(bad_id);
-            CHECK(failed.status == RequestStatus::failed);
-            CHECK_THAT(failed.error, Catch::Contains(c.message));
+            const RequestResult failed = failing_beside_mates(batch, bad, c.message);
             // The tokens before the NaN row: positions 18, 19 and 20 at most.
             CHECK(failed.generation.tokens.size() <= 3);
-            CHECK(results.size() == kMates.size() + 1);
-            check_mates_unchanged(results, ids);
         }
     }
 }
@@ -351,19 +359,9 @@ TEST_CASE("batched: a constraint that leaves no token allowed fails its request 
         Request bad{{3, 1, 4}, {.draft_tokens = 4, .sampling = {.temperature = temperature}, .seed = 21, .max_new_tokens = 12}};
         bad.options.sampling.constraint = &dead_end;
         Batch batch(3);
-        std::vector<RequestId> ids;
-        RequestId bad_id = 0;
-        const auto results = run_mates(batch.decoder, ids, [&](std::size_t step) {
-            if (step == 1) bad_id = batch.decoder.submit(bad.prompt, bad.options);
-        });
-        REQUIRE(results.count(bad_id) == 1);
-        const RequestResult& failed = results.at(bad_id);
-        CHECK(failed.status == RequestStatus::failed);
-        CHECK_THAT(failed.error, Catch::Contains("dead end after 5 allows no token at position"));
+        const RequestResult failed = failing_beside_mates(batch, bad, "dead end after 5 allows no token at position");
         // The five tokens the constraint allowed, at most, came out before it failed.
         CHECK(failed.generation.tokens.size() <= 5);
-        CHECK(results.size() == kMates.size() + 1);
-        check_mates_unchanged(results, ids);
     }
 }
 

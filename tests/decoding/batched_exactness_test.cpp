@@ -251,6 +251,19 @@ ExactnessReport draft_model_report(const std::string& name, const SamplingOption
     });
 }
 
+// The measured request with token-wise rejection and k drafts a step (fixed
+// lengths) on `target` and a multi-slot draft, among batch mates.
+template <class Target>
+ExactnessReport fixed_length_report(const ExactnessSetup& setup, Target& target, ToySlots& draft,
+                                    const SamplingOptions& sampling, std::size_t k, ScenarioCounts& counts) {
+    return run_exactness(setup, [&](std::uint64_t seed) {
+        BatchedDecoder<Target, ToySlots, specdec::TokenwiseRejection, specdec::FixedBatchLength> decoder(
+            specdec::target(target), specdec::draft(draft));
+        return run_with_mates(decoder, kPrompt, {.draft_tokens = k, .sampling = sampling, .max_new_tokens = setup.length},
+                              seed, counts);
+    });
+}
+
 // A multi-sequence model with a batching bug: forward_batch returns the
 // feeds' rows last feed first (as if it walked its output buffer backwards),
 // so every request of a pass with mates is verified against rows computed for
@@ -611,13 +624,7 @@ TEST_CASE("negative control: a batched request under a constraint that never lea
     SamplingOptions sampling = base;
     sampling.constraint = &frozen;
     ScenarioCounts counts;
-    const auto report = run_exactness(setup, [&](std::uint64_t seed) {
-        BatchedDecoder<ToySlots, ToySlots, specdec::TokenwiseRejection, specdec::FixedBatchLength> decoder(
-            specdec::target(target), specdec::draft(draft));
-        return run_with_mates(decoder, kPrompt, {.draft_tokens = k, .sampling = sampling, .max_new_tokens = setup.length},
-                              seed, counts);
-    });
-    check_caught(report, k);
+    check_caught(fixed_length_report(setup, target, draft, sampling, k, counts), k);
     check_batched(counts);
 }
 
@@ -687,13 +694,7 @@ TEST_CASE("negative control: a batched pass that returns the feeds' rows last fe
     const ToyLM reference(target_options());
     ScenarioCounts counts;
     const ExactnessSetup setup = setup_for("batched, rows last feed first", kPrompt, k, reference, sampling);
-    const auto report = run_exactness(setup, [&](std::uint64_t seed) {
-        BatchedDecoder<RowsLastFeedFirst, ToySlots, specdec::TokenwiseRejection, specdec::FixedBatchLength> decoder(
-            specdec::target(target), specdec::draft(draft));
-        return run_with_mates(decoder, kPrompt, {.draft_tokens = k, .sampling = sampling, .max_new_tokens = setup.length},
-                              seed, counts);
-    });
-    check_caught(report, k);
+    check_caught(fixed_length_report(setup, target, draft, sampling, k, counts), k);
     check_batched(counts);
 }
 
