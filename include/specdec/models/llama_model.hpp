@@ -605,7 +605,7 @@ private:
 
     // Causal softmax attention of every feed's queries over its own slot,
     // each query over positions [0, its own]: wide feeds as blocks of queries
-    // (what forward() runs for them), every other row on its own.
+    // (what forward() runs for them), narrow ones as attention_tasks_.
     void feed_attention(std::size_t layer) {
         const LlamaConfig& c = weights_.config;
         const std::size_t hd = c.head_dim(), group = c.head_count / c.kv_heads();
@@ -721,7 +721,8 @@ private:
     std::vector<KvCache*> row_cache_;
     std::vector<std::size_t> row_position_;
     // Its feeds, the column runs of its layer products and of its output
-    // head, the rows the head returns, the rows attending one by one.
+    // head, the rows the head returns, and the attention tasks of its narrow
+    // feeds.
     std::vector<FeedRows> feed_rows_;
     std::vector<ColumnRun> layer_runs_, head_runs_;
     std::vector<std::size_t> head_rows_;
