@@ -330,7 +330,8 @@ inline const std::vector<BenchFlag>& bench_flags() {
         {{"--batch"}, "LIST",
          "instead of the single-sequence rows, batched decoding of many requests per\n"
          "target pass at each batch size B, e.g. 1,2,4,8,16,32 (synthetic pair; CPU, or\n"
-         "the CUDA family with --backend cuda):\n"
+         "the CUDA family with --backend cuda; or the --target and --draft files with\n"
+         "--engine llama.cpp):\n"
          "batched autoregressive, each fixed k of --draft-tokens and auto, side by side\n"
          "in rounds (--repetitions, default 2); 2 x B requests of --new-tokens each",
          [](Line& l, V flag, V v) {
@@ -416,9 +417,14 @@ exit status: 0 success, 1 the library reported an error, 2 bad command line
     if (repetitions_given && !time_budget_given) options.time_budget_seconds = 0.0;  // exactly N rounds
 
     if (!options.batch_sizes.empty()) {
-        if (options.target_path || options.draft_path || options.export_gguf_dir || options.engine != Engine::specdec)
-            throw UsageError("--batch runs a synthetic pair (the embedded one on the CPU, the CUDA family with --backend "
-                             "cuda); it takes no --target, --draft, --engine llama.cpp or --export-gguf");
+        if (options.export_gguf_dir) throw UsageError("--batch takes no --export-gguf");
+        if (options.engine == Engine::specdec && (options.target_path || options.draft_path))
+            throw UsageError("--batch runs the embedded synthetic pair on specdec's own engine (the CUDA family with "
+                             "--backend cuda), or GGUF files with --engine llama.cpp; it takes no --target or --draft "
+                             "without --engine llama.cpp");
+        if (options.engine == Engine::llama_cpp && options.uses_prompt_lookup())
+            throw UsageError("--batch --engine llama.cpp measures a draft model: give --draft D.gguf (prompt-lookup is "
+                             "measured without --batch)");
         if (!options.trees.empty()) throw UsageError("--batch measures chains; it takes no --tree");
         if (line.temperatures_given && options.temperatures.size() != 1)
             throw UsageError("--batch measures one temperature; give --temperature with one value");

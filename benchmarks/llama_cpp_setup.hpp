@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 #include <variant>
@@ -101,6 +102,42 @@ namespace detail {
                      "specdec-bench: note: the target was trained on %zu positions; llama.cpp decodes past them "
                      "(the own engine stops there)\n",
                      trained);
+    return setup;
+}
+
+// --engine llama.cpp --batch: the two files loaded once (one sequence each);
+// every decoder of the sweep gets models of its own over the same weights
+// (LlamaCppModel::new_context) with B sequences of llama.cpp's cache.
+struct LlamaCppBatchSetup {
+    std::unique_ptr<LlamaCppModel> target, draft;
+    ModelInfo target_info, draft_info;
+    std::size_t threads = 0;
+    LlamaCppOptions per_decoder;  // the context of a decoder, but its number of sequences
+
+    // A decoder's context of `slots` sequences. A target pass holds at most
+    // slots x (longest draft + 1) tokens and a draft round one per sequence;
+    // the batch (and llama.cpp's output buffer, one row per batch token) is
+    // sized to the larger of that and one prompt per sequence: admitting more
+    // prompts at once is fed in chunks.
+    [[nodiscard]] LlamaCppOptions context_options(std::size_t slots, std::size_t tokens_per_sequence) const {
+        LlamaCppOptions options = per_decoder;
+        options.sequences = slots;
+        options.batch = std::clamp<std::size_t>(slots * tokens_per_sequence, 1, 512);
+        return options;
+    }
+};
+
+[[nodiscard]] inline LlamaCppBatchSetup set_up_llama_cpp_batch_models(const BenchOptions& options) {
+    LlamaCppBatchSetup setup;
+    setup.threads = options.threads == 0 ? hardware_threads() : options.threads;
+    setup.per_decoder.context = batch_context(options, std::numeric_limits<std::size_t>::max());
+    setup.per_decoder.threads = static_cast<int>(setup.threads);
+    setup.per_decoder.threads_batch = static_cast<int>(setup.threads);
+    setup.target = std::make_unique<LlamaCppModel>(LlamaCppModel::load(*options.target_path, setup.per_decoder));
+    setup.target_info = detail::describe_llama_cpp(*setup.target, *options.target_path);
+    setup.draft = std::make_unique<LlamaCppModel>(LlamaCppModel::load(*options.draft_path, setup.per_decoder));
+    check_same_vocabulary(*setup.target, *setup.draft);
+    setup.draft_info = detail::describe_llama_cpp(*setup.draft, *options.draft_path);
     return setup;
 }
 

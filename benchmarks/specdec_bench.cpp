@@ -10,6 +10,8 @@
 //   specdec-bench --batch 1,2,4,8,16,32             batched decoding per batch size (batch_bench.hpp)
 //   specdec-bench --engine llama.cpp --target t.gguf --draft d.gguf
 //                                                   the same rows with llama.cpp running the models
+//   specdec-bench --engine llama.cpp --target t.gguf --draft d.gguf --batch 1,2,4,8
+//                                                   the batched sweep on llama.cpp
 //
 // Exit status: 0 success, 1 the library reported an error, 2 bad command line.
 #include <algorithm>
@@ -228,13 +230,32 @@ int run_llama_cpp([[maybe_unused]] const BenchOptions& options) {
 #endif
 }
 
+// --engine llama.cpp --batch: the batched sweep with llama.cpp running the two files.
+int run_llama_cpp_batch([[maybe_unused]] const BenchOptions& options) {
+#ifdef SPECDEC_WITH_LLAMA_CPP
+    const LlamaCppBatchSetup setup = set_up_llama_cpp_batch_models(options);
+    const std::size_t tokens_per_sequence = std::max(batch_longest_draft(options) + 1, kSyntheticPromptTokens);
+    const auto model_over = [&](const specdec::LlamaCppModel& loaded) {
+        return [&setup, tokens_per_sequence, model = &loaded](std::size_t slots) {
+            return std::make_unique<specdec::LlamaCppModel>(model->new_context(setup.context_options(slots, tokens_per_sequence)));
+        };
+    };
+    const BatchModelFactory<specdec::LlamaCppModel, specdec::LlamaCppModel> factory{model_over(*setup.target), model_over(*setup.draft)};
+    return run_batch_sweep(options, factory, setup.target->vocab_size(),
+                           MachineInfo{cpu_model_name(), setup.threads, "llama.cpp", "", load_average(), hardware_threads()},
+                           setup.target_info, setup.draft_info);
+#else
+    throw specdec::cli::llama_cpp_missing("specdec-bench");
+#endif
+}
+
 int run(const BenchOptions& options) {
     if (options.export_gguf_dir) return export_gguf(options);
     if (options.engine == Engine::llama_cpp && !specdec::cli::kBuiltWithLlamaCpp)
         throw specdec::cli::llama_cpp_missing("specdec-bench");
     check_writable(options.json_path, "--json");
     check_writable(options.svg_path, "--svg");
-    if (options.engine == Engine::llama_cpp) return run_llama_cpp(options);
+    if (options.engine == Engine::llama_cpp) return options.batch_sizes.empty() ? run_llama_cpp(options) : run_llama_cpp_batch(options);
     if (!options.batch_sizes.empty()) return run_batch(options);
     ModelSetup setup = set_up_models(options);
     BenchInputs inputs;

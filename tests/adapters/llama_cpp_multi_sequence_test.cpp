@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -151,4 +152,44 @@ TEST_CASE("llama.cpp adapter: an input longer than llama.cpp's batch is fed in c
     check_close(copy_rows(small_batches.forward_batch(feeds)), copy_rows(one_batch.forward_batch(feeds)));
     CHECK(small_batches.cached_tokens(0) == 30);
     CHECK(small_batches.cached_tokens(1) == 30);
+}
+
+TEST_CASE("llama.cpp adapter: new_context shares the loaded weights with a cache of its own and keeps their placement",
+          "[llama_cpp][multi-sequence]") {
+    const Files files;
+    std::optional<LlamaCppModel> loaded = LlamaCppModel::load(files.pair.target.string(), support::small_options(1, 128));
+    LlamaCppModel fresh = LlamaCppModel::load(files.pair.target.string(), support::small_options(1, 128));
+    LlamaCppModel shared = loaded->new_context(support::small_options(4, 64));
+    CHECK(shared.model() == loaded->model());  // the same weights, not a second load
+    CHECK(shared.context() != loaded->context());
+    CHECK(shared.sequence_slots() == 4);
+    CHECK(shared.context_length() == 64);
+    CHECK(shared.name() == loaded->name());
+
+    const std::vector<Token> a = tokens_from(300, 9), b = tokens_from(420, 6);
+    const Rows expected_a = copy_rows(fresh.forward(a));
+    loaded->forward(b);  // the loading model's cache holds something else
+    const SequenceFeed feed{.slot = 3, .tokens = a};
+    check_close(copy_rows(shared.forward_batch({&feed, 1})), expected_a);
+    CHECK(shared.cached_tokens(3) == a.size());
+    CHECK(shared.cached_tokens(0) == 0);
+    CHECK(loaded->cached_tokens() == b.size());
+
+    // The weights outlive the model that loaded them.
+    loaded.reset();
+    shared.truncate(3, 4);
+    fresh.truncate(4);
+    const std::vector<Token> next = tokens_from(330, 3);
+    const SequenceFeed step{.slot = 3, .tokens = next};
+    check_close(copy_rows(shared.forward_batch({&step, 1})), copy_rows(fresh.forward(next)));
+
+    // Contexts of other sizes, and a placement the loaded weights do not have.
+    CHECK_THROWS_WITH(shared.new_context(support::small_options(0, 64)),
+                      Catch::Matchers::Contains("LlamaCppOptions::sequences is 0"));
+    specdec::LlamaCppOptions elsewhere = support::small_options(1, 64);
+    elsewhere.gpu_layers = -1;
+    CHECK_THROWS_WITH(shared.new_context(elsewhere), Catch::Matchers::Contains("new_context cannot move the loaded weights"));
+    elsewhere.gpu_layers = 0;
+    elsewhere.rpc_servers = {"127.0.0.1:1"};
+    CHECK_THROWS_WITH(shared.new_context(elsewhere), Catch::Matchers::Contains("new_context cannot move the loaded weights"));
 }

@@ -184,7 +184,15 @@ TEST_CASE("the engine option chooses what runs the models, and llama.cpp runs GG
     }
     CHECK(refusal({"--engine", "llama.cpp", "--target", existing, "--draft", existing, "--backend", "cuda"})
               .starts_with("--engine llama.cpp takes no --backend"));
-    CHECK(refusal({"--engine", "llama.cpp", "--batch", "1,2"}).find("--engine llama.cpp") != std::string::npos);
+    // Batched decoding on llama.cpp measures the two files; prompt lookup only without --batch.
+    CHECK(refusal({"--engine", "llama.cpp", "--batch", "1,2"}).starts_with("--engine llama.cpp runs GGUF files"));
+    CHECK(refusal({"--engine", "llama.cpp", "--target", existing, "--draft", "prompt-lookup", "--batch", "1,2"})
+              .starts_with("--batch --engine llama.cpp measures a draft model"));
+    CHECK(refusal({"--target", existing, "--draft", existing, "--batch", "1,2"}).find("with --engine llama.cpp") !=
+          std::string::npos);
+    const BenchOptions batched = parse({"--engine", "llama.cpp", "--target", existing, "--draft", existing, "--batch", "1,4"});
+    CHECK(batched.batch_sizes == std::vector<std::size_t>{1, 4});
+    CHECK(batched.temperatures == std::vector<double>{0.0});  // --batch's defaults, as with the own engine
     CHECK(refusal({"--engine", "llama.cpp", "--export-gguf", "out"}).find("--engine llama.cpp") != std::string::npos);
     // The other options mean the same with either engine.
     const BenchOptions options = parse({"--engine", "llama.cpp", "--target", existing, "--draft", existing, "--threads", "2",

@@ -71,12 +71,29 @@ public:
         return LlamaCppModel(gguf_path, options);
     }
 
+    // Another model over the weights this one loaded, with a context (cache
+    // slots, threads, batch size) of its own from `options`: several decoders
+    // (say one per batch size, or a batched and a single-sequence one) then
+    // share one copy of the weights. The weights stay where they were loaded,
+    // so options.gpu_layers and options.rpc_servers must be those of load();
+    // a placement that differs is refused, not silently ignored. The weights
+    // live until the last model over them is destroyed.
+    [[nodiscard]] LlamaCppModel new_context(const LlamaCppOptions& options) const {
+        if (options.gpu_layers != placement_.gpu_layers || options.rpc_servers != placement_.rpc_servers) {
+            throw Error(name_ + ": new_context cannot move the loaded weights; give it the gpu_layers (" +
+                        std::to_string(placement_.gpu_layers) + ") and rpc_servers (" +
+                        std::to_string(placement_.rpc_servers.size()) + ") of load()");
+        }
+        return LlamaCppModel(model_, name_, options);
+    }
+
     LlamaCppModel(LlamaCppModel&&) noexcept = default;
     LlamaCppModel& operator=(LlamaCppModel&& other) noexcept {
         if (this != &other) {
             context_.reset();  // a context must go before its model
             model_.reset();
             model_ = std::move(other.model_);
+            placement_ = std::move(other.placement_);
             context_ = std::move(other.context_);
             batch_ = std::move(other.batch_);
             vocab_ = other.vocab_;
@@ -193,9 +210,6 @@ public:
     [[nodiscard]] const llama_vocab* vocabulary() const { return vocab_; }
 
 private:
-    struct ModelFree {
-        void operator()(llama_model* m) const { llama_model_free(m); }
-    };
     struct ContextFree {
         void operator()(llama_context* c) const { llama_free(c); }
     };
@@ -240,15 +254,34 @@ private:
         } else {
             model_params.n_gpu_layers = options.gpu_layers;
         }
-        model_.reset(llama_model_load_from_file(path.c_str(), model_params));
+        model_.reset(llama_model_load_from_file(path.c_str(), model_params), llama_model_free);
         if (!model_) throw Error("llama.cpp could not load " + path + llama_cpp::recent_errors_suffix());
-        vocab_ = llama_model_get_vocab(model_.get());
-        vocab_size_ = static_cast<std::size_t>(llama_vocab_n_tokens(vocab_));
+        placement_ = Placement{options.gpu_layers, options.rpc_servers};
         char architecture[128] = {};
         if (llama_model_meta_val_str(model_.get(), "general.architecture", architecture, sizeof architecture) > 0)
             name_ += std::string(" (") + architecture + ")";
         refuse_unsupported_kinds();
+        create_context(options);
+    }
 
+    // new_context(): a context of its own over loaded weights.
+    LlamaCppModel(std::shared_ptr<llama_model> model, std::string name, const LlamaCppOptions& options)
+        : model_(std::move(model)), name_(std::move(name)) {
+        if (options.sequences == 0) throw Error(name_ + ": LlamaCppOptions::sequences is 0; expected at least 1");
+        if (options.sequences > llama_max_parallel_sequences()) {
+            throw Error(name_ + ": LlamaCppOptions::sequences is " + std::to_string(options.sequences) +
+                        "; this llama.cpp build holds at most " + std::to_string(llama_max_parallel_sequences()));
+        }
+        placement_ = Placement{options.gpu_layers, options.rpc_servers};
+        llama_cpp::take_recent_errors();
+        create_context(options);
+    }
+
+    // The context of `options` over model_ (loaded and accepted), its batch
+    // and its slots; then the rollback probe.
+    void create_context(const LlamaCppOptions& options) {
+        vocab_ = llama_model_get_vocab(model_.get());
+        vocab_size_ = static_cast<std::size_t>(llama_vocab_n_tokens(vocab_));
         const std::int32_t trained = llama_model_n_ctx_train(model_.get());
         const std::size_t context =
             options.context != 0 ? options.context : std::min<std::size_t>(trained > 0 ? static_cast<std::size_t>(trained) : 4096, 4096);
@@ -542,8 +575,16 @@ private:
                      " although it was marked as an output" + llama_cpp::recent_errors_suffix());
     }
 
-    // Declaration order matters: the context is destroyed before its model.
-    std::unique_ptr<llama_model, ModelFree> model_;
+    // Where the weights went at load(): new_context() keeps them there.
+    struct Placement {
+        int gpu_layers = 0;
+        std::vector<std::string> rpc_servers;
+    };
+
+    // Declaration order matters: the context is destroyed before its model
+    // (shared with the models new_context() made over the same weights).
+    std::shared_ptr<llama_model> model_;
+    Placement placement_;
     std::unique_ptr<llama_context, ContextFree> context_;
     std::unique_ptr<llama_batch, BatchFree> batch_;
     const llama_vocab* vocab_ = nullptr;
