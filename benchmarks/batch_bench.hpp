@@ -226,6 +226,9 @@ struct BatchReport {
 template <BatchLengthPolicy Inner>
 class MeasuredBatchLength {
 public:
+    MeasuredBatchLength() = default;
+    explicit MeasuredBatchLength(Inner inner) : inner_(std::move(inner)) {}
+
     void plan(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
         inner_.plan(queries, lengths);
         last_.assign(lengths.size(), 0);
@@ -321,12 +324,13 @@ template <class Target, class Draft, class Policy>
 class BatchVariantRunnerOf final : public BatchVariantRunner {
 public:
     BatchVariantRunnerOf(std::unique_ptr<Target> target, std::unique_ptr<Draft> draft, std::size_t batch,
-                         std::size_t draft_tokens)
+                         std::size_t draft_tokens, Policy policy = {})
         : target_(std::move(target)),
           draft_(std::move(draft)),
           batch_(batch),
           draft_tokens_(draft_tokens),
-          decoder_(TargetRole<Target>{*target_}, DraftRole<Draft>{*draft_}, BatchOptions{.max_sequences = batch}) {
+          decoder_(TargetRole<Target>{*target_}, DraftRole<Draft>{*draft_}, BatchOptions{.max_sequences = batch},
+                   ChosenRule{}, std::move(policy)) {
         if (decoder_.slots() != batch)
             throw Error("batch " + std::to_string(batch) + ": the models have " + std::to_string(decoder_.slots()) + " slots");
     }
@@ -481,6 +485,7 @@ template <class Target, class Draft>
 struct BatchModelFactory {
     std::function<std::unique_ptr<Target>(std::size_t slots)> target;
     std::function<std::unique_ptr<Draft>(std::size_t slots)> draft;
+    AutoBatchLength::Options auto_options{};  // the auto variant's policy, as these models want it
 };
 
 // Runs every variant at every batch size, in rounds. `make_prompt(seed,
@@ -528,8 +533,10 @@ template <class Target, class Draft>
                     break;
                 }
                 case BatchVariantKind::automatic: {
-                    using Runner = detail::BatchVariantRunnerOf<Target, Draft, MeasuredBatchLength<AutoBatchLength>>;
-                    row.push_back(std::make_unique<Runner>(models.target(batch), models.draft(batch), batch, v.draft_tokens));
+                    using Policy = MeasuredBatchLength<AutoBatchLength>;
+                    using Runner = detail::BatchVariantRunnerOf<Target, Draft, Policy>;
+                    row.push_back(std::make_unique<Runner>(models.target(batch), models.draft(batch), batch, v.draft_tokens,
+                                                           Policy(AutoBatchLength(models.auto_options))));
                     break;
                 }
             }

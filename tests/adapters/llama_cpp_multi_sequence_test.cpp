@@ -43,14 +43,14 @@ Rows copy_rows(const LogitsView& view, std::size_t first = 0, std::size_t count 
     return rows;
 }
 
-void check_close(const Rows& a, const Rows& b) {
+void check_close(const Rows& a, const Rows& b, float tolerance = kTolerance) {
     REQUIRE(a.size() == b.size());
     for (std::size_t r = 0; r < a.size(); ++r) {
         INFO("row " << r);
         REQUIRE(a[r].size() == b[r].size());
         float worst = 0.0f;
         for (std::size_t i = 0; i < a[r].size(); ++i) worst = std::max(worst, std::abs(a[r][i] - b[r][i]));
-        CHECK(worst <= kTolerance);
+        CHECK(worst <= tolerance);
         CHECK(std::max_element(a[r].begin(), a[r].end()) - a[r].begin() ==
               std::max_element(b[r].begin(), b[r].end()) - b[r].begin());
     }
@@ -68,8 +68,17 @@ using namespace llama_cpp_multi_sequence;
 TEST_CASE("llama.cpp adapter: forward_batch gives each sequence the rows forward gives it alone, and truncate is per slot",
           "[llama_cpp][multi-sequence]") {
     const Files files;
+    // A cache stream per sequence (the default) and one unified cache.
+    const bool unified = GENERATE(false, true);
+    INFO("unified cache: " << unified);
+    // In one unified cache a rollback leaves holes that the next pass fills,
+    // so a sequence's keys no longer lie in position order and attention sums
+    // them in another order: rows then agree to ~2e-3 (still the same argmax).
+    const float tolerance = unified ? 5e-3f : kTolerance;
+    specdec::LlamaCppOptions multi_options = support::small_options(3, 128);
+    multi_options.unified_cache = unified;
     LlamaCppModel single = LlamaCppModel::load(files.pair.target.string(), support::small_options(1, 128));
-    LlamaCppModel multi = LlamaCppModel::load(files.pair.target.string(), support::small_options(3, 128));
+    LlamaCppModel multi = LlamaCppModel::load(files.pair.target.string(), multi_options);
     REQUIRE(multi.sequence_slots() == 3);
     REQUIRE(single.sequence_slots() == 1);
 
@@ -105,10 +114,10 @@ TEST_CASE("llama.cpp adapter: forward_batch gives each sequence the rows forward
 
     single.truncate(0);
     single.forward(a);
-    check_close(copy_rows(rows, 0, 4), copy_rows(single.forward(next_a)));
+    check_close(copy_rows(rows, 0, 4), copy_rows(single.forward(next_a)), tolerance);
     single.truncate(0);
     single.forward(std::span<const Token>(b).first(3));
-    check_close(copy_rows(rows, 4, 4), copy_rows(single.forward(next_b)));
+    check_close(copy_rows(rows, 4, 4), copy_rows(single.forward(next_b)), tolerance);
 
     // Slot 2 continues where its prompt ended, unaffected by the others' rollbacks.
     const std::vector<Token> next_c{305};
@@ -116,7 +125,7 @@ TEST_CASE("llama.cpp adapter: forward_batch gives each sequence the rows forward
     const Rows continued = copy_rows(multi.forward_batch({&third, 1}));
     single.truncate(0);
     single.forward(c);
-    check_close(continued, copy_rows(single.forward(next_c)));
+    check_close(continued, copy_rows(single.forward(next_c)), tolerance);
 
     // truncate(slot, 0) frees a slot; an empty pass changes nothing.
     multi.truncate(0, 0);

@@ -36,20 +36,53 @@ std::uint64_t scramble(std::uint64_t z) {
 // each token beyond the two a step commits (one per step it did not draft).
 // `jitter` > 0 scales each target pass's time by a seeded factor in
 // [1 - jitter, 1 + jitter], as a shared machine's timings wander.
+// With split_by_length the pass runs as llama.cpp's per-sequence cache
+// streams run a ragged batch: one physical pass per distinct feed length,
+// each over the tokens of the sequences that reach that far (feeds of 3 and 1
+// tokens: a pass of 2 tokens, then one of 2 more), each costing base +
+// per_token x its tokens. `caps`, where given, are the sequences' caps
+// (else every one has `cap`). With odd_sequences_reject, half the requests
+// accept every draft and half none.
 struct ScriptedBatch {
     double base = 0.010, per_token = 0.0, hidden = 0.0, catch_up = 0.0, jitter = 0.0;
     std::size_t sequences = 8, cap = 4;
+    bool split_by_length = false;
+    std::vector<std::size_t> caps{};
+    bool odd_sequences_reject = false;  // even sequences then accept every draft, odd ones none
     std::size_t period = 3;  // drafts are accepted up to the position where step + sequence + position is period - 1
     std::size_t hidden_until = static_cast<std::size_t>(-1);
 
     struct Counts {
         std::size_t steps = 0, drafting_steps = 0, drafts = 0;
+        std::size_t tokens = 0;         // emitted in the counted steps
+        double seconds = 0.0;           // their time
+        std::size_t unequal_plans = 0;  // plans not of the form min(K, cap_i) for one K (all steps)
     };
+
+    // The target pass over feeds of lengths[i] + 1 tokens.
+    [[nodiscard]] double pass_seconds(const std::vector<std::size_t>& lengths) const {
+        std::size_t width = 0;
+        for (const std::size_t k : lengths) width += k + 1;
+        if (!split_by_length) return base + per_token * static_cast<double>(width);
+        std::vector<std::size_t> levels;
+        for (const std::size_t k : lengths) levels.push_back(k + 1);
+        std::sort(levels.begin(), levels.end());
+        levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+        double seconds = 0.0;
+        std::size_t below = 0;
+        for (const std::size_t level : levels) {
+            const auto reaching = static_cast<std::size_t>(
+                std::count_if(lengths.begin(), lengths.end(), [level](std::size_t k) { return k + 1 >= level; }));
+            seconds += base + per_token * static_cast<double>(reaching * (level - below));
+            below = level;
+        }
+        return seconds;
+    }
 
     Counts run(AutoBatchLength& policy, std::size_t steps, std::size_t counted_from) const {
         Counts counts;
         std::vector<SequenceDraftQuery> queries;
-        for (std::size_t i = 0; i < sequences; ++i) queries.push_back({i, cap});
+        for (std::size_t i = 0; i < sequences; ++i) queries.push_back({i, caps.empty() ? cap : caps.at(i)});
         std::vector<std::size_t> lengths(sequences);
         std::vector<SequenceOutcome> outcomes;
         std::vector<std::size_t> round_widths;
@@ -57,14 +90,23 @@ struct ScriptedBatch {
         std::vector<std::size_t> last_drafted(sequences, 0);
         for (std::size_t step = 0; step < steps; ++step) {
             policy.plan(queries, lengths);
+            const std::size_t longest = *std::max_element(lengths.begin(), lengths.end());
+            for (std::size_t i = 0; i < sequences; ++i)
+                if (lengths[i] != std::min(longest, queries[i].cap)) {
+                    ++counts.unequal_plans;
+                    break;
+                }
             outcomes.clear();
-            std::size_t width = 0, most = 0, drafts = 0;
+            std::size_t width = 0, most = 0, drafts = 0, emitted = 0;
             for (std::size_t i = 0; i < sequences; ++i) {
-                REQUIRE(lengths[i] <= cap);
+                REQUIRE(lengths[i] <= queries[i].cap);
                 const std::size_t k = lengths[i];
                 std::size_t accepted = 0;
-                while (accepted < k && (step + i + accepted) % period != period - 1) ++accepted;
+                if (odd_sequences_reject) accepted = i % 2 == 0 ? k : 0;
+                else
+                    while (accepted < k && (step + i + accepted) % period != period - 1) ++accepted;
                 outcomes.push_back({i, k, accepted});
+                emitted += accepted + 1;
                 width += k + 1;
                 most = std::max(most, k);
                 drafts += k;
@@ -83,7 +125,7 @@ struct ScriptedBatch {
                 last_drafted[i] = step;
             }
             if (most > 0) round_seconds[0] += catch_up * static_cast<double>(lagging);
-            double target = base + per_token * static_cast<double>(width);
+            double target = pass_seconds(lengths);
             if (jitter > 0.0) {
                 const std::uint64_t z = scramble(0x9E3779B97F4A7C15ull * (step + 1));
                 target *= 1.0 + jitter * (2.0 * static_cast<double>(z >> 11) * 0x1.0p-53 - 1.0);
@@ -96,6 +138,8 @@ struct ScriptedBatch {
                 ++counts.steps;
                 counts.drafting_steps += drafts > 0 ? 1 : 0;
                 counts.drafts += drafts;
+                counts.tokens += emitted;
+                counts.seconds += total;
             }
         }
         return counts;
@@ -208,4 +252,45 @@ TEST_CASE("AutoBatchLength resumes drafting once what vetoed it has passed, its 
     AutoBatchLength vetoed;
     const auto plain = lasting.run(vetoed, 240, 80);
     CHECK(plain.drafting_steps <= plain.steps / 16 + 1);
+}
+
+TEST_CASE("AutoBatchLength with equal_lengths gives every request one length, and outruns mixed plans where a "
+          "ragged pass splits by feed length",
+          "[batch_lengths]") {
+    // A memory-bound pass that splits by feed length, as llama.cpp's per-
+    // sequence cache streams do: a plan of mixed lengths pays one pass per
+    // distinct length.
+    // Half the requests accept every draft, half none: the default search
+    // drafts for the first half only, a mixed plan.
+    const ScriptedBatch machine{
+        .base = 0.010, .per_token = 0.0002, .sequences = 6, .split_by_length = true, .odd_sequences_reject = true};
+    AutoBatchLength equal({.equal_lengths = true}), mixed;
+    const auto equal_counts = machine.run(equal, 300, 50);
+    const auto mixed_counts = machine.run(mixed, 300, 50);
+    // Warm-up, exploration, vetoes and the plans alike: never two lengths.
+    CHECK(equal_counts.unequal_plans == 0);
+    CHECK(equal_counts.drafting_steps >= equal_counts.steps * 3 / 4);
+    // The default search mixes lengths (its per-request estimates differ)
+    // and pays for the passes it does not see.
+    CHECK(mixed_counts.unequal_plans > 0);
+    const double equal_rate = static_cast<double>(equal_counts.tokens) / equal_counts.seconds;
+    const double mixed_rate = static_cast<double>(mixed_counts.tokens) / mixed_counts.seconds;
+    INFO("tokens/s with equal lengths " << equal_rate << ", mixed " << mixed_rate);
+    CHECK(equal_rate > 1.05 * mixed_rate);
+
+    // Caps below the common length are kept: lengths are min(K, cap_i).
+    ScriptedBatch capped = machine;
+    capped.caps = {4, 1, 0, 3, 4, 2};
+    AutoBatchLength capped_policy({.equal_lengths = true});
+    const auto capped_counts = capped.run(capped_policy, 200, 50);
+    CHECK(capped_counts.unequal_plans == 0);
+    CHECK(capped_counts.drafts > 0);
+
+    // Where drafting never pays (a compute-bound pass), the equal plans stay
+    // plain but for their exploring looks.
+    const ScriptedBatch compute_bound{.base = 0.0, .per_token = 0.004, .sequences = 6, .split_by_length = true};
+    AutoBatchLength plain_policy({.equal_lengths = true});
+    const auto plain_counts = compute_bound.run(plain_policy, 256, 64);
+    CHECK(plain_counts.unequal_plans == 0);
+    CHECK(plain_counts.drafting_steps <= plain_counts.steps / 16 + 1);
 }

@@ -178,9 +178,17 @@ struct ScriptedCosts {
     double hidden_drafting_seconds = 0.0;
     std::size_t hidden_until_step = static_cast<std::size_t>(-1);  // the policy's steps the hidden cost lasts
     std::vector<double> round_seconds{};
+    std::size_t* unequal_plans = nullptr;  // counts plans with mates not of the form min(K, cap_i) for one K
 
     void plan(std::span<const specdec::SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
         policy->plan(queries, lengths);
+        if (unequal_plans == nullptr || lengths.empty()) return;
+        const std::size_t longest = *std::max_element(lengths.begin(), lengths.end());
+        for (std::size_t i = 0; i < lengths.size(); ++i)
+            if (lengths[i] != std::min(longest, queries[i].cap)) {
+                ++*unequal_plans;
+                return;
+            }
     }
     void observe(const specdec::BatchOutcome& measured) {
         specdec::BatchOutcome outcome = measured;
@@ -363,6 +371,22 @@ TEST_CASE("batched decoding with a draft model is exact per request among batch 
         CHECK(counts->lengths[k] < counts->samples);
     }
     CHECK(tokenwise_policy.steps_observed() > kSamples);
+}
+
+TEST_CASE("batched decoding is exact per request when AutoBatchLength gives every request of a step one length "
+          "(equal_lengths), drafting to the deepest position",
+          "[exactness][decoder][batched][length-policy]") {
+    constexpr std::size_t k = 4;
+    specdec::AutoBatchLength policy({.warmup_steps = 6, .warmup_length = k, .explore_every = 3, .equal_lengths = true});
+    std::size_t unequal = 0;
+    const ScenarioCounts counts = exact_under_scripted_auto("batched, token-wise, auto equal lengths", k, [&] {
+        return ScriptedCosts{.policy = &policy, .unequal_plans = &unequal};
+    });
+    INFO("measured request's draft lengths (length:steps):" << draft_lengths_text(counts));
+    CHECK(unequal == 0);
+    REQUIRE(counts.lengths.size() == k + 1);
+    CHECK(counts.lengths[k] > 0);                // the deepest position was reached
+    CHECK(counts.lengths[k] < counts.samples);  // and the policy chose, not only the cap
 }
 
 TEST_CASE("batched decoding is exact per request when AutoBatchLength's check against realized tokens per second runs "

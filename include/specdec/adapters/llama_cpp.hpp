@@ -7,7 +7,8 @@
 //
 // How the contract maps onto llama.h:
 //  - a cache slot is a llama.cpp sequence id (0 .. sequences - 1), each with
-//    its own cache stream (kv_unified off) of `context` positions;
+//    its own cache stream (kv_unified off) of `context` positions, or all in
+//    one cache of sequences x context cells (LlamaCppOptions::unified_cache);
 //  - forward() marks every token of the batch as an output, so one pass
 //    returns a logits row per token (a verification pass); inputs longer
 //    than the context's batch size are fed in consecutive chunks;
@@ -59,6 +60,13 @@ struct LlamaCppOptions {
     std::vector<std::string> rpc_servers;  // "host:port" of ggml-rpc-server processes; the layers go there
     std::size_t batch = 0;      // tokens per llama_decode call (n_batch); 0 = 512. Longer inputs are fed in chunks
     std::size_t ubatch = 0;     // tokens per physical pass (n_ubatch); 0 = batch
+    // One cache for all sequences (llama.cpp's kv_unified) instead of a
+    // stream per sequence. Streams: a pass whose sequences feed unequal
+    // lengths runs as one physical pass per distinct length. Unified: one
+    // pass whatever the lengths, but every token attends over the cells of
+    // all sequences (masked), dearer the more the others hold. docs/llama_cpp.md
+    // has the measurements.
+    bool unified_cache = false;
 };
 
 class LlamaCppModel {
@@ -302,9 +310,9 @@ private:
         params.n_outputs_max_per_seq = static_cast<std::uint32_t>(batch);
         params.n_threads = resolve_threads(options.threads);
         params.n_threads_batch = resolve_threads(options.threads_batch);
-        // Independent sequences: a cache stream each, so one sequence can
-        // neither fill nor slow down another's.
-        params.kv_unified = false;
+        // By default independent sequences: a cache stream each, so one
+        // sequence can neither fill nor slow down another's.
+        params.kv_unified = options.unified_cache;
         // A sliding-window cache of full size forgets nothing, so rolling back
         // never needs a position it already dropped.
         params.swa_full = true;

@@ -123,6 +123,14 @@ public:
         std::size_t widen_every = 4;    // a step in this many may time a pass twice the widest timed (see widen_past_timed)
         double decay = 0.98;            // per-step weight of older samples
         double prior_strength = 4.0;    // pseudo-samples pulling a request's a_m to the pooled one
+        // Every request of a step drafts the same number of tokens (or its cap,
+        // where that is smaller), in warm-up, exploration and widening too: for
+        // a target whose pass over feeds of unequal lengths costs more than
+        // its width says. llama.cpp with a cache stream per sequence (the
+        // adapter's setting) runs one physical pass per distinct feed length,
+        // so a plan that mixes lengths pays several passes that V(width)
+        // cannot see (docs/llama_cpp.md).
+        bool equal_lengths = false;
     };
 
     AutoBatchLength() : AutoBatchLength(Options{}) {}
@@ -151,7 +159,8 @@ public:
             }
             return;
         }
-        search(queries, lengths);
+        if (options_.equal_lengths) search_equal(queries, lengths);
+        else search(queries, lengths);
         bool any = false;
         for (std::size_t i = 0; i < n; ++i) any = any || lengths[i] > 0;
         const bool explore = options_.explore_every > 0 && steps_ % options_.explore_every == 0;
@@ -181,7 +190,12 @@ public:
         }
         if (explore) {
             step_kind_ = StepKind::other;
-            if (up && !any) {
+            if (up && !any && options_.equal_lengths) {
+                // One draft for every sequence, the cheapest equal look; every
+                // other such exploration only, as it costs a whole draft
+                // round and a pass twice as wide.
+                if (equal_looks_++ % 2 == 0) cap_all(queries, lengths, 1);
+            } else if (up && !any) {
                 const std::size_t i = rotation_++ % n;  // one draft for one sequence: the cheapest look
                 lengths[i] = std::min<std::size_t>(1, queries[i].cap);
             } else if (up) {
@@ -372,6 +386,18 @@ private:
         if (4 * width < 3 * widest || goal <= widest) return false;
         const double wide = target_.at(widest), narrow = target_.at(narrowest);
         if (!((wide - narrow) * static_cast<double>(widest) < 0.5 * wide * static_cast<double>(widest - narrowest))) return false;
+        if (options_.equal_lengths) {
+            // The common length whose pass first reaches the goal.
+            std::size_t k = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
+            while (width < goal) {
+                ++k;
+                width = queries.size();
+                for (std::size_t i = 0; i < queries.size(); ++i) width += std::min(k, queries[i].cap);
+                if (std::all_of(queries.begin(), queries.end(), [k](const SequenceDraftQuery& q) { return q.cap <= k; })) break;
+            }
+            cap_all(queries, lengths, k);
+            return true;
+        }
         while (width < goal) {
             std::size_t shortest = queries.size();
             for (std::size_t i = 0; i < queries.size(); ++i)
@@ -388,6 +414,10 @@ private:
     void draft_a_few(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths, std::size_t length) {
         const std::size_t n = queries.size();
         if (n == 0 || length == 0) return;
+        if (options_.equal_lengths) {
+            cap_all(queries, lengths, length);
+            return;
+        }
         const std::size_t count = std::min(n, std::max<std::size_t>(1, options_.warmup_rows / length));
         for (std::size_t j = 0; j < count; ++j) {
             const std::size_t i = (rotation_ + j) % n;
@@ -412,6 +442,45 @@ private:
         if (b == 0) return 0.0;
         const double d = draft_round_.at_or_above(b);
         return d < 0.0 ? 1.0 : d;
+    }
+
+    // lengths[i] = min(k, cap_i) for every sequence.
+    static void cap_all(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths, std::size_t k) {
+        for (std::size_t i = 0; i < queries.size(); ++i) lengths[i] = std::min(k, queries[i].cap);
+    }
+
+    // search() over the plans with one length k for all (capped per
+    // sequence): the k of the highest rate, k = 0 included.
+    void search_equal(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
+        const std::size_t n = queries.size();
+        std::size_t most = 0;
+        for (const SequenceDraftQuery& q : queries) most = std::max(most, q.cap);
+        const double r = row_.value(), o = other_.value();
+        auto rate_of = [&](double tokens, std::size_t width, double draft) {
+            return tokens / (pass_seconds(width) + draft + r * static_cast<double>(width) + o);
+        };
+        // survive_[i]: prod_{m<k} a_{i,m} as k grows.
+        survive_.assign(n, 1.0);
+        double tokens = static_cast<double>(n), rounds = 0.0;
+        std::size_t width = n, best_k = 0;
+        double best_rate = rate_of(tokens, width, 0.0);
+        for (std::size_t k = 1; k <= most; ++k) {
+            std::size_t drafting = 0;
+            for (std::size_t i = 0; i < n; ++i) {
+                if (queries[i].cap < k) continue;
+                const auto found = requests_.find(queries[i].id);
+                survive_[i] *= acceptance(found == requests_.end() ? nullptr : &found->second, k - 1);
+                tokens += survive_[i];
+                ++width;
+                ++drafting;
+            }
+            rounds += round_seconds(drafting);
+            if (const double rate = rate_of(tokens, width, rounds); rate > best_rate) {
+                best_rate = rate;
+                best_k = k;
+            }
+        }
+        cap_all(queries, lengths, best_k);
     }
 
     void search(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
@@ -468,13 +537,13 @@ private:
     }
 
     Options options_;
-    std::size_t steps_ = 0, explorations_ = 0, rotation_ = 0, widened_ = 0, veto_lifts_ = 0;
+    std::size_t steps_ = 0, explorations_ = 0, rotation_ = 0, widened_ = 0, veto_lifts_ = 0, equal_looks_ = 0;
     AcceptanceEstimate pooled_;
     std::vector<double> pooled_chain_;
     std::unordered_map<std::uint64_t, Counts> requests_;
     PassCostCurve target_, draft_round_;
     RecentTimings row_, other_;
-    std::vector<double> gain_;
+    std::vector<double> gain_, survive_;
     std::vector<std::size_t> drafting_, best_;
     std::vector<ModeRates> rates_;
     StepKind step_kind_ = StepKind::other;
