@@ -226,9 +226,6 @@ struct BatchReport {
 template <BatchLengthPolicy Inner>
 class MeasuredBatchLength {
 public:
-    MeasuredBatchLength() = default;
-    explicit MeasuredBatchLength(Inner inner) : inner_(std::move(inner)) {}
-
     void plan(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
         inner_.plan(queries, lengths);
         last_.assign(lengths.size(), 0);
@@ -242,6 +239,10 @@ public:
     void forget(std::uint64_t id) {
         inner_.forget(id);
         if constexpr (!kOwnModel) model_.forget(id);
+    }
+    // What the target says of its passes, for an inner policy that asks.
+    void target_splits_ragged_passes(bool splits) {
+        if constexpr (requires { inner_.target_splits_ragged_passes(splits); }) inner_.target_splits_ragged_passes(splits);
     }
     [[nodiscard]] const AutoBatchLength& costs() const {
         if constexpr (kOwnModel) return inner_;
@@ -324,13 +325,12 @@ template <class Target, class Draft, class Policy>
 class BatchVariantRunnerOf final : public BatchVariantRunner {
 public:
     BatchVariantRunnerOf(std::unique_ptr<Target> target, std::unique_ptr<Draft> draft, std::size_t batch,
-                         std::size_t draft_tokens, Policy policy = {})
+                         std::size_t draft_tokens)
         : target_(std::move(target)),
           draft_(std::move(draft)),
           batch_(batch),
           draft_tokens_(draft_tokens),
-          decoder_(TargetRole<Target>{*target_}, DraftRole<Draft>{*draft_}, BatchOptions{.max_sequences = batch},
-                   ChosenRule{}, std::move(policy)) {
+          decoder_(TargetRole<Target>{*target_}, DraftRole<Draft>{*draft_}, BatchOptions{.max_sequences = batch}) {
         if (decoder_.slots() != batch)
             throw Error("batch " + std::to_string(batch) + ": the models have " + std::to_string(decoder_.slots()) + " slots");
     }
@@ -485,7 +485,6 @@ template <class Target, class Draft>
 struct BatchModelFactory {
     std::function<std::unique_ptr<Target>(std::size_t slots)> target;
     std::function<std::unique_ptr<Draft>(std::size_t slots)> draft;
-    AutoBatchLength::Options auto_options{};  // the auto variant's policy, as these models want it
 };
 
 // Runs every variant at every batch size, in rounds. `make_prompt(seed,
@@ -533,10 +532,8 @@ template <class Target, class Draft>
                     break;
                 }
                 case BatchVariantKind::automatic: {
-                    using Policy = MeasuredBatchLength<AutoBatchLength>;
-                    using Runner = detail::BatchVariantRunnerOf<Target, Draft, Policy>;
-                    row.push_back(std::make_unique<Runner>(models.target(batch), models.draft(batch), batch, v.draft_tokens,
-                                                           Policy(AutoBatchLength(models.auto_options))));
+                    using Runner = detail::BatchVariantRunnerOf<Target, Draft, MeasuredBatchLength<AutoBatchLength>>;
+                    row.push_back(std::make_unique<Runner>(models.target(batch), models.draft(batch), batch, v.draft_tokens));
                     break;
                 }
             }

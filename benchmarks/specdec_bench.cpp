@@ -241,10 +241,11 @@ int run_llama_cpp_batch([[maybe_unused]] const BenchOptions& options) {
         };
     };
     // llama.cpp runs a pass whose sequences feed unequal lengths as one pass
-    // per distinct length (a cache stream per sequence): auto plans one length
-    // for all (docs/llama_cpp.md).
-    const BatchModelFactory<specdec::LlamaCppModel, specdec::LlamaCppModel> factory{
-        model_over(*setup.target), model_over(*setup.draft), specdec::AutoBatchLength::Options{.equal_lengths = true}};
+    // per distinct length (a cache stream per sequence): the decoders' auto
+    // policy hears so from the target (ragged_passes_split) and plans one
+    // length for all (docs/llama_cpp.md).
+    const BatchModelFactory<specdec::LlamaCppModel, specdec::LlamaCppModel> factory{model_over(*setup.target),
+                                                                                   model_over(*setup.draft)};
     return run_batch_sweep(options, factory, setup.target->vocab_size(),
                            MachineInfo{cpu_model_name(), setup.threads, "llama.cpp", "", load_average(), hardware_threads()},
                            setup.target_info, setup.draft_info);

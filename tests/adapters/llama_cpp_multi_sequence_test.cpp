@@ -81,6 +81,9 @@ TEST_CASE("llama.cpp adapter: forward_batch gives each sequence the rows forward
     LlamaCppModel multi = LlamaCppModel::load(files.pair.target.string(), multi_options);
     REQUIRE(multi.sequence_slots() == 3);
     REQUIRE(single.sequence_slots() == 1);
+    // A ragged pass splits in cache streams only, and one slot is never ragged.
+    CHECK(multi.ragged_passes_split() == !unified);
+    CHECK_FALSE(single.ragged_passes_split());
 
     const std::vector<Token> a = tokens_from(300, 9), b = tokens_from(400, 5), c = tokens_from(350, 12);
     // Prompts of the three sequences in one pass, slot order scrambled; slot 2 wants only its last row.

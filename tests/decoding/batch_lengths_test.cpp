@@ -10,6 +10,9 @@
 #include <catch2/catch.hpp>
 
 #include "specdec/decoding/batch_lengths.hpp"
+#include "specdec/decoding/batched_decoder.hpp"
+#include "support/slot_models.hpp"
+#include "support/toy_models.hpp"
 
 namespace {
 
@@ -293,4 +296,44 @@ TEST_CASE("AutoBatchLength with equal_lengths gives every request one length, an
     const auto plain_counts = compute_bound.run(plain_policy, 256, 64);
     CHECK(plain_counts.unequal_plans == 0);
     CHECK(plain_counts.drafting_steps <= plain_counts.steps / 16 + 1);
+}
+
+namespace {
+
+// A multi-slot toy target that says its ragged passes split (as LlamaCppModel
+// with cache streams does), or not.
+struct SplittingSlots : specdec::test::MultiSlot<specdec::test::ToyLM> {
+    bool splits = true;
+    explicit SplittingSlots(bool s)
+        : specdec::test::MultiSlot<specdec::test::ToyLM>(3, [] { return specdec::test::ToyLM({.vocab = 8, .seed = 2}); }),
+          splits(s) {}
+    [[nodiscard]] bool ragged_passes_split() const { return splits; }
+};
+
+}  // namespace
+
+TEST_CASE("AutoBatchLength plans equal lengths when the batched decoder's target says its ragged passes split, unless "
+          "told otherwise",
+          "[batch_lengths]") {
+    using Toy = specdec::test::MultiSlot<specdec::test::ToyLM>;
+    using Decoder = specdec::BatchedDecoder<SplittingSlots, Toy>;
+    Toy draft(3, [] { return specdec::test::ToyLM({.vocab = 8, .seed = 2, .noise_seed = 1, .noise = 0.3}); });
+    SplittingSlots splitting(true), whole(false);
+    CHECK(Decoder(specdec::target(splitting), specdec::draft(draft)).policy().plans_equal_lengths());
+    CHECK_FALSE(Decoder(specdec::target(whole), specdec::draft(draft)).policy().plans_equal_lengths());
+    // An explicit option wins over what the target says.
+    const Decoder mixed(specdec::target(splitting), specdec::draft(draft), {}, {}, AutoBatchLength({.equal_lengths = false}));
+    CHECK_FALSE(mixed.policy().plans_equal_lengths());
+    const Decoder equal(specdec::target(whole), specdec::draft(draft), {}, {}, AutoBatchLength({.equal_lengths = true}));
+    CHECK(equal.policy().plans_equal_lengths());
+    // A target without the query leaves the default.
+    Toy plain_target(3, [] { return specdec::test::ToyLM({.vocab = 8, .seed = 2}); });
+    CHECK_FALSE(specdec::BatchedDecoder<Toy, Toy>(specdec::target(plain_target), specdec::draft(draft)).policy().plans_equal_lengths());
+
+    // The hook alone, on the scripted splitting machine: no mixed plan.
+    const ScriptedBatch machine{
+        .base = 0.010, .per_token = 0.0002, .sequences = 6, .split_by_length = true, .odd_sequences_reject = true};
+    AutoBatchLength told;
+    told.target_splits_ragged_passes(true);
+    CHECK(machine.run(told, 200, 50).unequal_plans == 0);
 }

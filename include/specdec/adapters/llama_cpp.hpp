@@ -108,6 +108,7 @@ public:
             vocab_size_ = other.vocab_size_;
             context_length_ = other.context_length_;
             batch_capacity_ = other.batch_capacity_;
+            unified_cache_ = other.unified_cache_;
             cached_ = std::move(other.cached_);
             logits_ = std::move(other.logits_);
             name_ = std::move(other.name_);
@@ -160,6 +161,12 @@ public:
         cached_[slot] = n;
         check_positions(slot, "truncate");
     }
+
+    // Whether a forward_batch whose sequences feed unequal numbers of tokens
+    // runs as several llama.cpp passes (one per distinct length): so with a
+    // cache stream per sequence and more than one slot. BatchedDecoder tells
+    // AutoBatchLength, which then gives every request of a step one length.
+    [[nodiscard]] bool ragged_passes_split() const { return !unified_cache_ && cached_.size() > 1; }
 
     // --- llama.cpp specifics ---
     // The file name and the architecture, e.g. "stories260K.gguf (llama)".
@@ -313,6 +320,7 @@ private:
         // By default independent sequences: a cache stream each, so one
         // sequence can neither fill nor slow down another's.
         params.kv_unified = options.unified_cache;
+        unified_cache_ = options.unified_cache;
         // A sliding-window cache of full size forgets nothing, so rolling back
         // never needs a position it already dropped.
         params.swa_full = true;
@@ -599,6 +607,7 @@ private:
     std::size_t vocab_size_ = 0;
     std::size_t context_length_ = 0;
     std::size_t batch_capacity_ = 0;
+    bool unified_cache_ = false;
     std::vector<std::size_t> cached_;  // positions per slot, kept here and checked against llama.cpp's memory
     std::vector<float> logits_;        // rows gathered from several decodes
     std::string name_;

@@ -16,6 +16,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <sstream>
 #include <span>
 #include <unordered_map>
@@ -129,12 +130,15 @@ public:
         // its width says. llama.cpp with a cache stream per sequence (the
         // adapter's setting) runs one physical pass per distinct feed length,
         // so a plan that mixes lengths pays several passes that V(width)
-        // cannot see (docs/llama_cpp.md).
-        bool equal_lengths = false;
+        // cannot see (docs/llama_cpp.md). Unset: what the target says of its
+        // passes (BatchedDecoder calls target_splits_ragged_passes with the
+        // target's ragged_passes_split(), where it has one), else false.
+        std::optional<bool> equal_lengths{};
     };
 
     AutoBatchLength() : AutoBatchLength(Options{}) {}
-    explicit AutoBatchLength(Options options) : options_(options), pooled_(options.decay, options.prior_strength) {
+    explicit AutoBatchLength(Options options)
+        : options_(options), pooled_(options.decay, options.prior_strength), equal_lengths_(options.equal_lengths.value_or(false)) {
         if (!(options_.decay > 0.0 && options_.decay <= 1.0)) {
             std::ostringstream message;
             message << "invalid AutoBatchLength decay = " << options_.decay << ": expected a value in (0, 1]";
@@ -159,7 +163,7 @@ public:
             }
             return;
         }
-        if (options_.equal_lengths) search_equal(queries, lengths);
+        if (equal_lengths_) search_equal(queries, lengths);
         else search(queries, lengths);
         bool any = false;
         for (std::size_t i = 0; i < n; ++i) any = any || lengths[i] > 0;
@@ -190,7 +194,7 @@ public:
         }
         if (explore) {
             step_kind_ = StepKind::other;
-            if (up && !any && options_.equal_lengths) {
+            if (up && !any && equal_lengths_) {
                 // One draft for every sequence, the cheapest equal look; every
                 // other such exploration only, as it costs a whole draft
                 // round and a pass twice as wide.
@@ -240,6 +244,15 @@ public:
     }
 
     void forget(std::uint64_t id) { requests_.erase(id); }
+
+    // What the target says of its passes: whether one over feeds of unequal
+    // lengths runs as several (see Options::equal_lengths, which, where set,
+    // wins). BatchedDecoder calls it at construction.
+    void target_splits_ragged_passes(bool splits) {
+        if (!options_.equal_lengths) equal_lengths_ = splits;
+    }
+    // Whether every request of a step gets one length.
+    [[nodiscard]] bool plans_equal_lengths() const { return equal_lengths_; }
 
     // What the policy believes (for reports): V(n) and D(b) in seconds (-1
     // before any timing), and the pooled acceptance of draft m.
@@ -386,7 +399,7 @@ private:
         if (4 * width < 3 * widest || goal <= widest) return false;
         const double wide = target_.at(widest), narrow = target_.at(narrowest);
         if (!((wide - narrow) * static_cast<double>(widest) < 0.5 * wide * static_cast<double>(widest - narrowest))) return false;
-        if (options_.equal_lengths) {
+        if (equal_lengths_) {
             // The common length whose pass first reaches the goal.
             std::size_t k = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
             while (width < goal) {
@@ -414,7 +427,7 @@ private:
     void draft_a_few(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths, std::size_t length) {
         const std::size_t n = queries.size();
         if (n == 0 || length == 0) return;
-        if (options_.equal_lengths) {
+        if (equal_lengths_) {
             cap_all(queries, lengths, length);
             return;
         }
@@ -547,6 +560,7 @@ private:
     std::vector<std::size_t> drafting_, best_;
     std::vector<ModeRates> rates_;
     StepKind step_kind_ = StepKind::other;
+    bool equal_lengths_ = false;
 };
 
 }  // namespace specdec

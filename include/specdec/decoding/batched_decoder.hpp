@@ -33,6 +33,7 @@
 // with status failed and the message; the others go on unchanged.
 #include <algorithm>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -283,6 +284,13 @@ public:
         }
         if constexpr (kLockstep) draft_model_ = &draft.source;
         rules_.assign(slots, rule_);
+        // A target whose pass over feeds of unequal lengths runs as several
+        // (llama.cpp's cache streams) tells a policy that can plan around it.
+        if constexpr (requires(const Target& t, Policy& p) {
+                          { t.ragged_passes_split() } -> std::convertible_to<bool>;
+                          p.target_splits_ragged_passes(true);
+                      })
+            policy_.target_splits_ragged_passes(target.model.ragged_passes_split());
     }
 
     // Queues a request; it starts at the next step with a free slot. Throws
