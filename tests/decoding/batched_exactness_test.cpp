@@ -244,19 +244,27 @@ void check_batched(const ScenarioCounts& counts) {
     CHECK(counts.shared_passes >= counts.samples);
 }
 
-// A draft model (multi-slot, drafting in lockstep) with rule Rule and policy Policy.
-template <class Rule, class Policy>
-ExactnessReport draft_model_report(const std::string& name, const SamplingOptions& sampling, std::size_t k,
-                                   const std::function<Policy()>& make_policy, ScenarioCounts& counts) {
-    ToySlots target = toy_slots(target_options()), draft = toy_slots(draft_options());
+// A draft model (multi-slot, drafting in lockstep) with rule Rule and policy
+// Policy, on `target` (the toy target's slots, or an edited pass over them).
+template <class Rule, class Policy, class Target>
+ExactnessReport draft_model_report_on(Target& target, const std::string& name, const SamplingOptions& sampling,
+                                      std::size_t k, const std::function<Policy()>& make_policy, ScenarioCounts& counts) {
+    ToySlots draft = toy_slots(draft_options());
     const ToyLM reference(target_options());
     const ExactnessSetup setup = setup_for(name, kPrompt, k, reference, sampling);
     return run_exactness(setup, [&](std::uint64_t seed) {
-        BatchedDecoder<ToySlots, ToySlots, Rule, Policy> decoder(specdec::target(target), specdec::draft(draft), {}, Rule{},
-                                                                 make_policy());
+        BatchedDecoder<Target, ToySlots, Rule, Policy> decoder(specdec::target(target), specdec::draft(draft), {}, Rule{},
+                                                               make_policy());
         return run_with_mates(decoder, kPrompt,
                               {.draft_tokens = k, .sampling = sampling, .max_new_tokens = setup.length}, seed, counts);
     });
+}
+
+template <class Rule, class Policy>
+ExactnessReport draft_model_report(const std::string& name, const SamplingOptions& sampling, std::size_t k,
+                                   const std::function<Policy()>& make_policy, ScenarioCounts& counts) {
+    ToySlots target = toy_slots(target_options());
+    return draft_model_report_on<Rule>(target, name, sampling, k, make_policy, counts);
 }
 
 // The measured request with token-wise rejection and k drafts a step (fixed
@@ -387,6 +395,18 @@ TEST_CASE("batched decoding is exact per request when AutoBatchLength gives ever
     REQUIRE(counts.lengths.size() == k + 1);
     CHECK(counts.lengths[k] > 0);                // the deepest position was reached
     CHECK(counts.lengths[k] < counts.samples);  // and the policy chose, not only the cap
+
+    // Negative control, the same scenario and policy: a pass that hands each
+    // feed another feed's rows is caught.
+    specdec::AutoBatchLength crossed_policy({.warmup_steps = 6, .warmup_length = k, .explore_every = 3, .equal_lengths = true});
+    RowsLastFeedFirst crossed(toy_slots(target_options()));
+    ScenarioCounts crossed_counts;
+    const std::function<ScriptedCosts()> crossed_auto = [&] { return ScriptedCosts{.policy = &crossed_policy}; };
+    check_caught(draft_model_report_on<specdec::TokenwiseRejection>(crossed, "batched, auto equal lengths, rows last feed first",
+                                                                     SamplingOptions{.temperature = 1.0}, k, crossed_auto,
+                                                                     crossed_counts),
+                 k);
+    check_batched(crossed_counts);
 }
 
 TEST_CASE("batched decoding is exact per request when AutoBatchLength's check against realized tokens per second runs "

@@ -248,11 +248,7 @@ private:
         const std::filesystem::path file(path);
         if (!std::filesystem::exists(file)) throw Error("llama.cpp model " + path + ": no such file");
         name_ = file.filename().string();
-        if (options.sequences == 0) throw Error(name_ + ": LlamaCppOptions::sequences is 0; expected at least 1");
-        if (options.sequences > llama_max_parallel_sequences()) {
-            throw Error(name_ + ": LlamaCppOptions::sequences is " + std::to_string(options.sequences) +
-                        "; this llama.cpp build holds at most " + std::to_string(llama_max_parallel_sequences()));
-        }
+        check_sequences(options);
         llama_cpp::take_recent_errors();  // what was logged before belongs to nobody
 
         llama_model_params model_params = llama_model_default_params();
@@ -271,7 +267,6 @@ private:
         }
         model_.reset(llama_model_load_from_file(path.c_str(), model_params), llama_model_free);
         if (!model_) throw Error("llama.cpp could not load " + path + llama_cpp::recent_errors_suffix());
-        placement_ = Placement{options.gpu_layers, options.rpc_servers};
         char architecture[128] = {};
         if (llama_model_meta_val_str(model_.get(), "general.architecture", architecture, sizeof architecture) > 0)
             name_ += std::string(" (") + architecture + ")";
@@ -282,19 +277,24 @@ private:
     // new_context(): a context of its own over loaded weights.
     LlamaCppModel(std::shared_ptr<llama_model> model, std::string name, const LlamaCppOptions& options)
         : model_(std::move(model)), name_(std::move(name)) {
+        check_sequences(options);
+        llama_cpp::take_recent_errors();
+        create_context(options);
+    }
+
+    // Before any loading: a context of options.sequences slots can exist.
+    void check_sequences(const LlamaCppOptions& options) const {
         if (options.sequences == 0) throw Error(name_ + ": LlamaCppOptions::sequences is 0; expected at least 1");
         if (options.sequences > llama_max_parallel_sequences()) {
             throw Error(name_ + ": LlamaCppOptions::sequences is " + std::to_string(options.sequences) +
                         "; this llama.cpp build holds at most " + std::to_string(llama_max_parallel_sequences()));
         }
-        placement_ = Placement{options.gpu_layers, options.rpc_servers};
-        llama_cpp::take_recent_errors();
-        create_context(options);
     }
 
     // The context of `options` over model_ (loaded and accepted), its batch
     // and its slots; then the rollback probe.
     void create_context(const LlamaCppOptions& options) {
+        placement_ = Placement{options.gpu_layers, options.rpc_servers};  // new_context() checked it equals the load's
         vocab_ = llama_model_get_vocab(model_.get());
         vocab_size_ = static_cast<std::size_t>(llama_vocab_n_tokens(vocab_));
         const std::int32_t trained = llama_model_n_ctx_train(model_.get());

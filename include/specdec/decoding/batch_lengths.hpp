@@ -400,13 +400,14 @@ private:
         const double wide = target_.at(widest), narrow = target_.at(narrowest);
         if (!((wide - narrow) * static_cast<double>(widest) < 0.5 * wide * static_cast<double>(widest - narrowest))) return false;
         if (equal_lengths_) {
-            // The common length whose pass first reaches the goal.
-            std::size_t k = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
-            while (width < goal) {
+            // The common length whose pass first reaches the goal (a plan of
+            // equal lengths is min(k, cap_i); each k more adds a row for every
+            // sequence whose cap reaches it).
+            std::size_t k = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end()), most = 0;
+            for (const SequenceDraftQuery& q : queries) most = std::max(most, q.cap);
+            while (width < goal && k < most) {
                 ++k;
-                width = queries.size();
-                for (std::size_t i = 0; i < queries.size(); ++i) width += std::min(k, queries[i].cap);
-                if (std::all_of(queries.begin(), queries.end(), [k](const SequenceDraftQuery& q) { return q.cap <= k; })) break;
+                for (const SequenceDraftQuery& q : queries) width += q.cap >= k ? 1 : 0;
             }
             cap_all(queries, lengths, k);
             return true;
@@ -457,6 +458,13 @@ private:
         return d < 0.0 ? 1.0 : d;
     }
 
+    // A step's predicted seconds: the target pass over `width` tokens, the
+    // draft rounds' `draft` seconds, the acceptance work per verified row and
+    // the rest of a step.
+    [[nodiscard]] double step_seconds(std::size_t width, double draft) const {
+        return pass_seconds(width) + draft + row_.value() * static_cast<double>(width) + other_.value();
+    }
+
     // lengths[i] = min(k, cap_i) for every sequence.
     static void cap_all(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths, std::size_t k) {
         for (std::size_t i = 0; i < queries.size(); ++i) lengths[i] = std::min(k, queries[i].cap);
@@ -468,15 +476,11 @@ private:
         const std::size_t n = queries.size();
         std::size_t most = 0;
         for (const SequenceDraftQuery& q : queries) most = std::max(most, q.cap);
-        const double r = row_.value(), o = other_.value();
-        auto rate_of = [&](double tokens, std::size_t width, double draft) {
-            return tokens / (pass_seconds(width) + draft + r * static_cast<double>(width) + o);
-        };
         // survive_[i]: prod_{m<k} a_{i,m} as k grows.
         survive_.assign(n, 1.0);
         double tokens = static_cast<double>(n), rounds = 0.0;
         std::size_t width = n, best_k = 0;
-        double best_rate = rate_of(tokens, width, 0.0);
+        double best_rate = tokens / step_seconds(width, 0.0);
         for (std::size_t k = 1; k <= most; ++k) {
             std::size_t drafting = 0;
             for (std::size_t i = 0; i < n; ++i) {
@@ -488,7 +492,7 @@ private:
                 ++drafting;
             }
             rounds += round_seconds(drafting);
-            if (const double rate = rate_of(tokens, width, rounds); rate > best_rate) {
+            if (const double rate = tokens / step_seconds(width, rounds); rate > best_rate) {
                 best_rate = rate;
                 best_k = k;
             }
@@ -516,9 +520,7 @@ private:
         std::fill(lengths.begin(), lengths.end(), 0);
         double tokens = static_cast<double>(n), rounds = 0.0;
         std::size_t width = n;
-        const double r = row_.value(), o = other_.value();
-        auto seconds = [&](std::size_t w, double draft) { return pass_seconds(w) + draft + r * static_cast<double>(w) + o; };
-        double best_rate = tokens / seconds(width, 0.0);
+        double best_rate = tokens / step_seconds(width, 0.0);
         best_.assign(lengths.begin(), lengths.end());
         for (;;) {
             std::size_t pick = n;
@@ -528,7 +530,7 @@ private:
                 if (j >= queries[i].cap) continue;
                 const double more_rounds =
                     rounds + round_seconds(drafting_[j] + 1) - round_seconds(drafting_[j]);
-                const double rate = (tokens + gain_[i * (most + 1) + j]) / seconds(width + 1, more_rounds);
+                const double rate = (tokens + gain_[i * (most + 1) + j]) / step_seconds(width + 1, more_rounds);
                 if (rate > pick_rate) {
                     pick_rate = rate;
                     pick = i;
