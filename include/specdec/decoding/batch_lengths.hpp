@@ -107,13 +107,18 @@ struct FixedBatchLength {
 // the widest of them, one step in widen_every drafts out to twice that width
 // (widen_past_timed): a GPU's pass, flat far past what warm-up times, is then
 // timed out to the widths worth drafting in a few steps, not hundreds.
-// A check on the model: the tokens per second the plain steps and the steps
-// that drafted by plan actually reached, by batch size. Where drafting has
-// recently been the slower of the two (costs the model does not see, such as
-// a lagging draft cache catching up, or timings that read a width as cheaper
-// than it is), the step runs plain; an exploring step still runs the plan,
-// so that the comparison follows the machine and the requests, and one that
-// beats the plain steps (the catch-up the veto caused aside) ends the veto.
+// A check on the cost model, by batch size: the tokens per second the plain
+// steps reached, against the expected tokens of the steps that drafted by
+// plan over the time those steps actually took. Where drafting has recently
+// been the slower of the two (costs the model does not see, such as a lagging
+// draft cache catching up, or timings that read a width as cheaper than it
+// is), the step runs plain; an exploring step still runs the plan, so that
+// the comparison follows the machine, and one that beats the plain steps (the
+// catch-up the veto caused aside) ends the veto. The drafting steps count
+// the tokens their plan expected, not those they emitted: acceptance is
+// learned per request from every outcome already, and a stretch of rejected
+// drafts, counted here, would stop the plan for every request until a probe
+// happened to be lucky (tens of steps at one probe in 32).
 class AutoBatchLength {
 public:
     struct Options {
@@ -169,7 +174,10 @@ public:
         for (std::size_t i = 0; i < n; ++i) any = any || lengths[i] > 0;
         const bool explore = options_.explore_every > 0 && steps_ % options_.explore_every == 0;
         const bool up = explore && explorations_++ % 2 == 0;
-        if (any) step_kind_ = StepKind::planned_drafts;
+        if (any) {
+            step_kind_ = StepKind::planned_drafts;
+            planned_tokens_ = expected_tokens(queries, lengths);
+        }
         if (any && drafting_lost(n)) {
             // The plan says drafting pays, but the steps that drafted by
             // plan recently emitted fewer tokens per second than the plain
@@ -318,20 +326,24 @@ private:
     enum class StepKind { other, planned_drafts, vetoed_probe };
 
     void record_rate(const BatchOutcome& outcome) {
+        const StepKind kind = step_kind_;
+        step_kind_ = StepKind::other;
         const std::size_t n = outcome.sequences.size();
         if (n == 0 || !(outcome.total_seconds > 0.0)) return;
-        double tokens = 0.0;
         bool drafted = false;
-        for (const SequenceOutcome& s : outcome.sequences) {
-            tokens += static_cast<double>(s.accepted + 1);
-            drafted = drafted || s.proposed > 0;
-        }
+        for (const SequenceOutcome& s : outcome.sequences) drafted = drafted || s.proposed > 0;
         if (rates_.size() <= n) rates_.resize(n + 1);
         if (!drafted) {
-            rates_[n].plain.add(tokens, outcome.total_seconds);
-        } else if (step_kind_ == StepKind::planned_drafts) {
+            rates_[n].plain.add(static_cast<double>(n), outcome.total_seconds);
+            return;
+        }
+        // A step whose sequences are not those planned (a request failed
+        // while drafting) is left out: its plan's expectation is not its own.
+        if (n != planned_sequences_) return;
+        const double tokens = planned_tokens_;
+        if (kind == StepKind::planned_drafts) {
             rates_[n].planned_drafts.add(tokens, outcome.total_seconds);
-        } else if (step_kind_ == StepKind::vetoed_probe) {
+        } else if (kind == StepKind::vetoed_probe) {
             // A probe that beats the plain steps ends the veto: the drafting
             // steps that caused it are history, and the plan runs again until
             // its own steps say otherwise. A probe that loses is one more
@@ -345,7 +357,6 @@ private:
                 r.planned_drafts.add(tokens, seconds);
             }
         }
-        step_kind_ = StepKind::other;
     }
 
     // A probe of a vetoed plan follows a stretch of plain steps, so its first
@@ -438,6 +449,24 @@ private:
             lengths[i] = std::min(length, queries[i].cap);
         }
         rotation_ = (rotation_ + count) % n;
+    }
+
+    // sum_i E_i(lengths[i]): the tokens a plan expects from what acceptance
+    // has been measured (before this step's outcome).
+    double expected_tokens(std::span<const SequenceDraftQuery> queries, std::span<const std::size_t> lengths) {
+        planned_sequences_ = queries.size();
+        double tokens = 0.0;
+        for (std::size_t i = 0; i < queries.size(); ++i) {
+            const auto found = requests_.find(queries[i].id);
+            const Counts* own = found == requests_.end() ? nullptr : &found->second;
+            double survive = 1.0;
+            tokens += 1.0;
+            for (std::size_t m = 0; m < lengths[i]; ++m) {
+                survive *= acceptance(own, m);
+                tokens += survive;
+            }
+        }
+        return tokens;
     }
 
     [[nodiscard]] double acceptance(const Counts* own, std::size_t m) const {
@@ -562,6 +591,8 @@ private:
     std::vector<std::size_t> drafting_, best_;
     std::vector<ModeRates> rates_;
     StepKind step_kind_ = StepKind::other;
+    double planned_tokens_ = 0.0;        // expected_tokens of the step planned last
+    std::size_t planned_sequences_ = 0;  // and its number of sequences
     bool equal_lengths_ = false;
 };
 
