@@ -107,18 +107,21 @@ struct FixedBatchLength {
 // the widest of them, one step in widen_every drafts out to twice that width
 // (widen_past_timed): a GPU's pass, flat far past what warm-up times, is then
 // timed out to the widths worth drafting in a few steps, not hundreds.
-// A check on the cost model, by batch size: the tokens per second the plain
-// steps reached, against the expected tokens of the steps that drafted by
-// plan over the time those steps actually took. Where drafting has recently
-// been the slower of the two (costs the model does not see, such as a lagging
-// draft cache catching up, or timings that read a width as cheaper than it
-// is), the step runs plain; an exploring step still runs the plan, so that
-// the comparison follows the machine, and one that beats the plain steps (the
-// catch-up the veto caused aside) ends the veto. The drafting steps count
-// the tokens their plan expected, not those they emitted: acceptance is
-// learned per request from every outcome already, and a stretch of rejected
-// drafts, counted here, would stop the plan for every request until a probe
-// happened to be lucky (tens of steps at one probe in 32).
+// A check on the model, by batch size: the tokens per second the plain steps
+// reached against those of the steps that drafted by plan, counted twice:
+//   - the tokens their plan expected over the time they actually took, which
+//     checks the cost model (costs it does not see, such as a lagging draft
+//     cache catching up, or timings that read a width as cheaper than it is);
+//   - the tokens they emitted, which also checks the acceptance the plan
+//     relied on (the search picks the requests whose estimates are highest,
+//     so the plans' expectations run high).
+// Where drafting recently lost by either count, the step runs plain; an
+// exploring step still runs the plan, so that the comparison follows the
+// machine and the requests, and one that beats the plain steps (the catch-up
+// the veto caused aside) ends the veto. The emitted count's evidence expires
+// after kEmittedHorizon steps: a stretch of rejected drafts, which the
+// requests' own acceptance estimates already answer, would otherwise stop
+// the plan for every request until a probe (one step in 32) was lucky.
 class AutoBatchLength {
 public:
     struct Options {
@@ -180,12 +183,12 @@ public:
         }
         if (any && drafting_lost(n)) {
             // The plan says drafting pays, but the steps that drafted by
-            // plan recently emitted fewer tokens per second than the plain
-            // steps at this batch size: costs the model does not see (a
-            // draft cache catching up, passes slower at the widths drafting
-            // adds than their noisy timings said) outweigh its estimate. A
-            // plain step instead, but for the exploring steps that probe the
-            // plan as it is, so that the comparison stays current.
+            // plan recently reached fewer tokens per second than the plain
+            // steps at this batch size (drafting_lost): costs the model does
+            // not see, or acceptance that ran below its estimates, outweigh
+            // what it expects. A plain step instead, but for the exploring
+            // steps that probe the plan as it is, so that the comparison
+            // stays current.
             if (up) {
                 step_kind_ = StepKind::vetoed_probe;
                 return;
@@ -294,34 +297,46 @@ private:
     // Tokens per second over a kind of step's last 16 samples: the ratio of
     // the sums, as a step's tokens vary widely (a sequence emits 1 to k + 1)
     // and a median of per-step rates would misjudge their mean.
+    // Each sample carries the step it was taken at; samples(since) and
+    // value(since) read those from step `since` on.
     class RecentRate {
     public:
-        void add(double tokens, double seconds) {
+        void add(double tokens, double seconds, std::size_t step) {
             tokens_[next_] = tokens;
             seconds_[next_] = seconds;
+            steps_[next_] = step;
             next_ = (next_ + 1) % tokens_.size();
             count_ = std::min(count_ + 1, tokens_.size());
         }
-        void restart(double tokens, double seconds) {
+        void restart(double tokens, double seconds, std::size_t step) {
             count_ = next_ = 0;
-            add(tokens, seconds);
+            add(tokens, seconds, step);
         }
-        [[nodiscard]] std::size_t samples() const { return count_; }
-        [[nodiscard]] double value() const {
+        [[nodiscard]] std::size_t samples(std::size_t since = 0) const {
+            std::size_t n = 0;
+            for (std::size_t i = 0; i < count_; ++i) n += steps_[i] >= since ? 1 : 0;
+            return n;
+        }
+        [[nodiscard]] double value(std::size_t since = 0) const {
             double tokens = 0.0, seconds = 0.0;
-            for (std::size_t i = 0; i < count_; ++i) tokens += tokens_[i], seconds += seconds_[i];
+            for (std::size_t i = 0; i < count_; ++i)
+                if (steps_[i] >= since) tokens += tokens_[i], seconds += seconds_[i];
             return seconds > 0.0 ? tokens / seconds : 0.0;
         }
 
     private:
         std::array<double, 16> tokens_{}, seconds_{};
+        std::array<std::size_t, 16> steps_{};
         std::size_t count_ = 0, next_ = 0;
     };
+    // Steps after which a drafting step's emitted-token sample no longer
+    // counts against the plan (see the class comment).
+    static constexpr std::size_t kEmittedHorizon = 32;
     // Realized rates of a step, by its number of sequences: of the plain
     // steps (no drafts at all) and of the steps that drafted as the search
     // planned.
     struct ModeRates {
-        RecentRate plain, planned_drafts;
+        RecentRate plain, planned_expected, planned_emitted;
     };
     enum class StepKind { other, planned_drafts, vetoed_probe };
 
@@ -330,32 +345,37 @@ private:
         step_kind_ = StepKind::other;
         const std::size_t n = outcome.sequences.size();
         if (n == 0 || !(outcome.total_seconds > 0.0)) return;
+        double emitted = 0.0;
         bool drafted = false;
-        for (const SequenceOutcome& s : outcome.sequences) drafted = drafted || s.proposed > 0;
+        for (const SequenceOutcome& s : outcome.sequences) {
+            emitted += static_cast<double>(s.accepted + 1);
+            drafted = drafted || s.proposed > 0;
+        }
         if (rates_.size() <= n) rates_.resize(n + 1);
+        ModeRates& r = rates_[n];
         if (!drafted) {
-            rates_[n].plain.add(static_cast<double>(n), outcome.total_seconds);
+            r.plain.add(emitted, outcome.total_seconds, steps_);
             return;
         }
         // A step whose sequences are not those planned (a request failed
         // while drafting) is left out: its plan's expectation is not its own.
         if (n != planned_sequences_) return;
-        const double tokens = planned_tokens_;
         if (kind == StepKind::planned_drafts) {
-            rates_[n].planned_drafts.add(tokens, outcome.total_seconds);
+            r.planned_expected.add(planned_tokens_, outcome.total_seconds, steps_);
+            r.planned_emitted.add(emitted, outcome.total_seconds, steps_);
         } else if (kind == StepKind::vetoed_probe) {
-            // A probe that beats the plain steps ends the veto: the drafting
-            // steps that caused it are history, and the plan runs again until
-            // its own steps say otherwise. A probe that loses is one more
-            // sample against the plan.
-            ModeRates& r = rates_[n];
-            const double seconds = probe_seconds(outcome);
-            if (r.plain.samples() > 0 && tokens / seconds >= r.plain.value()) {
-                r.planned_drafts.restart(tokens, seconds);
-                ++veto_lifts_;
-            } else {
-                r.planned_drafts.add(tokens, seconds);
-            }
+            // A probe that beats the plain steps by a count ends what that
+            // count held against the plan: the drafting steps behind it are
+            // history, and the plan runs again until its own steps say
+            // otherwise. A probe that loses is one more sample against it.
+            const double seconds = probe_seconds(outcome), plain = r.plain.value();
+            const auto count = [&](RecentRate& rate, double tokens) {
+                if (r.plain.samples() > 0 && tokens / seconds >= plain) rate.restart(tokens, seconds, steps_);
+                else rate.add(tokens, seconds, steps_);
+            };
+            count(r.planned_expected, planned_tokens_);
+            count(r.planned_emitted, emitted);
+            if (!drafting_lost(n)) ++veto_lifts_;
         }
     }
 
@@ -375,13 +395,17 @@ private:
     }
 
     // Whether the recent steps that drafted by plan were slower than the
-    // recent plain ones, at n sequences (plain steps timed at least three
-    // times, planned ones four).
+    // recent plain ones by either count, at n sequences (plain steps timed at
+    // least three times, planned ones four; the emitted count over the last
+    // kEmittedHorizon steps).
     [[nodiscard]] bool drafting_lost(std::size_t n) const {
         if (n >= rates_.size()) return false;
         const ModeRates& r = rates_[n];
-        return r.plain.samples() >= 3 && r.planned_drafts.samples() >= 4 &&
-               r.planned_drafts.value() < r.plain.value();
+        if (r.plain.samples() < 3) return false;
+        const double plain = r.plain.value();
+        const std::size_t recent = steps_ > kEmittedHorizon ? steps_ - kEmittedHorizon : 0;
+        return (r.planned_expected.samples() >= 4 && r.planned_expected.value() < plain) ||
+               (r.planned_emitted.samples(recent) >= 4 && r.planned_emitted.value(recent) < plain);
     }
 
     // Past the widest timed width w, V is extrapolated as if the pass were
