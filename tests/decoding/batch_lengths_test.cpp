@@ -152,6 +152,15 @@ struct ScriptedBatch {
     }
 };
 
+
+// Runs a fresh policy on `machine` and checks that from step `from` it drafts
+// only at the exploring steps that probe a vetoed plan (one in 16 at most).
+void check_stays_vetoed(const ScriptedBatch& machine, std::size_t steps, std::size_t from) {
+    AutoBatchLength policy;
+    const auto counts = machine.run(policy, steps, from);
+    CHECK(counts.drafting_steps >= 1);  // the plan is still probed now and then
+    CHECK(counts.drafting_steps <= counts.steps / 16 + 1);
+}
 }  // namespace
 
 TEST_CASE("AutoBatchLength drafts while the target pass is memory-bound", "[batch_lengths]") {
@@ -201,10 +210,7 @@ TEST_CASE("AutoBatchLength stops drafting when its drafting steps were slower th
     // step costs 30 ms more than they account for: tokens per second say
     // otherwise, and the plain steps win.
     const ScriptedBatch misled{.base = 0.010, .per_token = 0.0001, .hidden = 0.030};
-    AutoBatchLength policy;
-    const auto counts = misled.run(policy, 400, 100);
-    CHECK(counts.drafting_steps >= 1);                           // the plan is still probed now and then
-    CHECK(counts.drafting_steps <= counts.steps / 16 + 1);       // and run only then
+    check_stays_vetoed(misled, 400, 100);
 
     // Negative control: the same machine with the hidden cost small enough
     // that drafting still pays keeps drafting.
@@ -236,9 +242,7 @@ TEST_CASE("AutoBatchLength drafts again soon after a stretch of rejected drafts,
     // expected-token count does not expire.
     ScriptedBatch dear = unlucky;
     dear.hidden = 0.030;
-    AutoBatchLength vetoed;
-    const auto plain = dear.run(vetoed, 200, 70);
-    CHECK(plain.drafting_steps <= plain.steps / 16 + 1);
+    check_stays_vetoed(dear, 200, 70);
 }
 
 TEST_CASE("AutoBatchLength climbs to long drafts where the pass stays flat far past the widths it timed", "[batch_lengths]") {
@@ -282,9 +286,7 @@ TEST_CASE("AutoBatchLength resumes drafting once what vetoed it has passed, its 
     // keeps the veto, drafting at its probes only.
     ScriptedBatch lasting = transient;
     lasting.hidden_until = 240;
-    AutoBatchLength vetoed;
-    const auto plain = lasting.run(vetoed, 240, 80);
-    CHECK(plain.drafting_steps <= plain.steps / 16 + 1);
+    check_stays_vetoed(lasting, 240, 80);
 }
 
 TEST_CASE("AutoBatchLength with equal_lengths gives every request one length, and outruns mixed plans where a "
