@@ -180,6 +180,7 @@ public:
         if (any) {
             step_kind_ = StepKind::planned_drafts;
             planned_tokens_ = expected_tokens(queries, lengths);
+            planned_sequences_ = n;
         }
         if (any && drafting_lost(n)) {
             // The plan says drafting pays, but the steps that drafted by
@@ -332,9 +333,9 @@ private:
     // Steps after which a drafting step's emitted-token sample no longer
     // counts against the plan (see the class comment).
     static constexpr std::size_t kEmittedHorizon = 32;
-    // Realized rates of a step, by its number of sequences: of the plain
-    // steps (no drafts at all) and of the steps that drafted as the search
-    // planned.
+    // Rates by a step's number of sequences: of the plain steps (no drafts
+    // at all), and of the steps that drafted as the search planned, by the
+    // tokens the plan expected and by those they emitted.
     struct ModeRates {
         RecentRate plain, planned_expected, planned_emitted;
     };
@@ -477,8 +478,8 @@ private:
 
     // sum_i E_i(lengths[i]): the tokens a plan expects from what acceptance
     // has been measured (before this step's outcome).
-    double expected_tokens(std::span<const SequenceDraftQuery> queries, std::span<const std::size_t> lengths) {
-        planned_sequences_ = queries.size();
+    [[nodiscard]] double expected_tokens(std::span<const SequenceDraftQuery> queries,
+                                         std::span<const std::size_t> lengths) const {
         double tokens = 0.0;
         for (std::size_t i = 0; i < queries.size(); ++i) {
             const auto found = requests_.find(queries[i].id);
