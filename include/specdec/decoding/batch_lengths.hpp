@@ -171,15 +171,14 @@ public:
             }
             return;
         }
-        if (equal_lengths_) search_equal(queries, lengths);
-        else search(queries, lengths);
+        const double expected = equal_lengths_ ? search_equal(queries, lengths) : search(queries, lengths);
         bool any = false;
         for (std::size_t i = 0; i < n; ++i) any = any || lengths[i] > 0;
         const bool explore = options_.explore_every > 0 && steps_ % options_.explore_every == 0;
         const bool up = explore && explorations_++ % 2 == 0;
         if (any) {
             step_kind_ = StepKind::planned_drafts;
-            planned_tokens_ = expected_tokens(queries, lengths);
+            planned_tokens_ = expected;
             planned_sequences_ = n;
         }
         if (any && drafting_lost(n)) {
@@ -476,24 +475,6 @@ private:
         rotation_ = (rotation_ + count) % n;
     }
 
-    // sum_i E_i(lengths[i]): the tokens a plan expects from what acceptance
-    // has been measured (before this step's outcome).
-    [[nodiscard]] double expected_tokens(std::span<const SequenceDraftQuery> queries,
-                                         std::span<const std::size_t> lengths) const {
-        double tokens = 0.0;
-        for (std::size_t i = 0; i < queries.size(); ++i) {
-            const auto found = requests_.find(queries[i].id);
-            const Counts* own = found == requests_.end() ? nullptr : &found->second;
-            double survive = 1.0;
-            tokens += 1.0;
-            for (std::size_t m = 0; m < lengths[i]; ++m) {
-                survive *= acceptance(own, m);
-                tokens += survive;
-            }
-        }
-        return tokens;
-    }
-
     [[nodiscard]] double acceptance(const Counts* own, std::size_t m) const {
         const double prior = pooled_acceptance(m);
         if (own == nullptr || m >= own->tested.size()) return prior;
@@ -525,8 +506,9 @@ private:
     }
 
     // search() over the plans with one length k for all (capped per
-    // sequence): the k of the highest rate, k = 0 included.
-    void search_equal(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
+    // sequence): the k of the highest rate, k = 0 included. Returns the
+    // plan's expected tokens, sum_i E_i(k_i).
+    double search_equal(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
         const std::size_t n = queries.size();
         std::size_t most = 0;
         for (const SequenceDraftQuery& q : queries) most = std::max(most, q.cap);
@@ -534,7 +516,7 @@ private:
         survive_.assign(n, 1.0);
         double tokens = static_cast<double>(n), rounds = 0.0;
         std::size_t width = n, best_k = 0;
-        double best_rate = tokens / step_seconds(width, 0.0);
+        double best_rate = tokens / step_seconds(width, 0.0), best_tokens = tokens;
         for (std::size_t k = 1; k <= most; ++k) {
             std::size_t drafting = 0;
             for (std::size_t i = 0; i < n; ++i) {
@@ -549,12 +531,15 @@ private:
             if (const double rate = tokens / step_seconds(width, rounds); rate > best_rate) {
                 best_rate = rate;
                 best_k = k;
+                best_tokens = tokens;
             }
         }
         cap_all(queries, lengths, best_k);
+        return best_tokens;
     }
 
-    void search(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
+    // The search of the class comment; returns the plan's expected tokens.
+    double search(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
         const std::size_t n = queries.size();
         std::size_t most = 0;
         for (const SequenceDraftQuery& q : queries) most = std::max(most, q.cap);
@@ -574,7 +559,7 @@ private:
         std::fill(lengths.begin(), lengths.end(), 0);
         double tokens = static_cast<double>(n), rounds = 0.0;
         std::size_t width = n;
-        double best_rate = tokens / step_seconds(width, 0.0);
+        double best_rate = tokens / step_seconds(width, 0.0), best_tokens = tokens;
         best_.assign(lengths.begin(), lengths.end());
         for (;;) {
             std::size_t pick = n;
@@ -600,9 +585,11 @@ private:
             if (pick_rate > best_rate) {
                 best_rate = pick_rate;
                 best_.assign(lengths.begin(), lengths.end());
+                best_tokens = tokens;
             }
         }
         std::copy(best_.begin(), best_.end(), lengths.begin());
+        return best_tokens;
     }
 
     Options options_;
@@ -616,7 +603,7 @@ private:
     std::vector<std::size_t> drafting_, best_;
     std::vector<ModeRates> rates_;
     StepKind step_kind_ = StepKind::other;
-    double planned_tokens_ = 0.0;        // expected_tokens of the step planned last
+    double planned_tokens_ = 0.0;        // sum_i E_i(k_i) of the step planned last (the search's best point)
     std::size_t planned_sequences_ = 0;  // and its number of sequences
     bool equal_lengths_ = false;
 };
