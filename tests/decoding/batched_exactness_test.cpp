@@ -170,13 +170,18 @@ SampledRun run_with_mates(Decoder& decoder, const std::vector<Token>& prompt, De
 // decoders of every sample, so that it plans from what earlier samples measured.
 // hidden_drafting_seconds is added to the total of every step that drafted
 // and to none of its timings: the policy's model cannot see it, only the
-// realized tokens per second can.
+// realized tokens per second can. In the first rejected_span of every
+// rejected_period policy steps the outcome tells the policy that every draft
+// was rejected (whatever the rule kept): stretches of rejected drafts, which
+// veto the plan by its emitted tokens until that evidence expires.
 struct ScriptedCosts {
     specdec::AutoBatchLength* policy;
     double per_token = 0.01, per_token_squared = 0.002;
     double round_base = 0.05, round_per_sequence = 0.01;
     double hidden_drafting_seconds = 0.0;
     std::size_t hidden_until_step = static_cast<std::size_t>(-1);  // the policy's steps the hidden cost lasts
+    std::size_t rejected_period = 0, rejected_span = 0;
+    std::vector<specdec::SequenceOutcome> sequences{};
     std::vector<double> round_seconds{};
     std::size_t* unequal_plans = nullptr;  // counts plans with mates not of the form min(K, cap_i) for one K
 
@@ -205,6 +210,11 @@ struct ScriptedCosts {
         outcome.total_seconds = outcome.target_seconds + drafting + outcome.acceptance_seconds;
         if (!outcome.draft_round_widths.empty() && policy->steps_observed() < hidden_until_step)
             outcome.total_seconds += hidden_drafting_seconds;
+        if (rejected_period > 0 && policy->steps_observed() % rejected_period < rejected_span) {
+            sequences.assign(outcome.sequences.begin(), outcome.sequences.end());
+            for (specdec::SequenceOutcome& sequence : sequences) sequence.accepted = 0;
+            outcome.sequences = sequences;
+        }
         policy->observe(outcome);
     }
     void forget(std::uint64_t id) { policy->forget(id); }
@@ -442,6 +452,33 @@ TEST_CASE("batched decoding is exact per request when AutoBatchLength's veto lif
     CHECK(policy.veto_lifts() > 0);
     REQUIRE(counts.lengths.size() == k + 1);
     CHECK(counts.lengths[k] > 0);  // the deepest position was reached
+}
+
+TEST_CASE("batched decoding is exact per request when AutoBatchLength's veto on emitted tokens comes with stretches "
+          "of rejected drafts and expires",
+          "[exactness][decoder][batched][length-policy]") {
+    constexpr std::size_t k = 4;
+    const auto rejected_stretches = [](specdec::AutoBatchLength& policy) {
+        return [&policy] { return ScriptedCosts{.policy = &policy, .rejected_period = 96, .rejected_span = 12}; };
+    };
+    specdec::AutoBatchLength policy = deep_auto_policy(k);
+    const ScenarioCounts counts =
+        exact_under_scripted_auto("batched, token-wise, auto with rejected stretches", k, rejected_stretches(policy));
+    INFO("measured request's draft lengths (length:steps):" << draft_lengths_text(counts));
+    REQUIRE(counts.lengths.size() == k + 1);
+    CHECK(counts.lengths[0] > 0);  // plain steps (vetoed, or after rejections)
+    CHECK(counts.lengths[k] > 0);  // and the deepest position reached
+
+    // Negative control, the same scenario and policy: a pass that hands each
+    // feed another feed's rows is caught.
+    specdec::AutoBatchLength crossed_policy = deep_auto_policy(k);
+    RowsLastFeedFirst crossed(toy_slots(target_options()));
+    ScenarioCounts crossed_counts;
+    check_caught(draft_model_report_on<specdec::TokenwiseRejection>(
+                     crossed, "batched, auto with rejected stretches, rows last feed first", SamplingOptions{.temperature = 1.0},
+                     k, std::function<ScriptedCosts()>(rejected_stretches(crossed_policy)), crossed_counts),
+                 k);
+    check_batched(crossed_counts);
 }
 
 TEST_CASE("batched decoding is exact per request when AutoBatchLength widens past the widths it has timed (a flat "
