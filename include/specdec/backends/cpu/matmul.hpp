@@ -190,12 +190,12 @@ void matmul_rows_avx2_any(const WeightMatrix& w, std::size_t row_begin, std::siz
         // chain of FMAs whatever the tile, so results do not depend on the choice.
         for (; r + 4 <= row_end; r += 4) matmul_tile_avx2<T, 4, 2>(w, r, x, x_stride, y, y_stride, accumulate);
     } else if (columns == 3) {
-        // Four rows: with two- or three-row tiles a 3-column pass cost more
-        // than a 4-column one (fewer weight streams in flight per column load;
-        // measurements in docs/cpu-kernels.md).
-        for (; r + 4 <= row_end; r += 4) matmul_tile_avx2<T, 4, 3>(w, r, x, x_stride, y, y_stride, accumulate);
+        // 3 x 3 and, for 4 columns, 2 x 4: with the weight stream prefetched
+        // these smaller tiles keep up with memory where 4 x 3 (17 live
+        // registers, one spilled) and 3 x 4 fall behind it (docs/cpu-kernels.md).
+        for (; r + 3 <= row_end; r += 3) matmul_tile_avx2<T, 3, 3>(w, r, x, x_stride, y, y_stride, accumulate);
     } else if (columns == 4) {
-        for (; r + 3 <= row_end; r += 3) matmul_tile_avx2<T, 3, 4>(w, r, x, x_stride, y, y_stride, accumulate);
+        for (; r + 2 <= row_end; r += 2) matmul_tile_avx2<T, 2, 4>(w, r, x, x_stride, y, y_stride, accumulate);
     } else if (columns == 6) {
         // One pass of 12 accumulators instead of a 4- and a 2-column pass
         // over the same rows.
