@@ -175,6 +175,37 @@ TEST_CASE("AutoLength stops drafting when speculation does not pay", "[length-po
     CHECK(zero >= 90);  // the rest: exploration steps, one in explore_every
 }
 
+TEST_CASE("AutoLength explores ever more rarely while speculation does not pay, and as often as before once it does",
+          "[length-policy][auto]") {
+    // Each exploring step costs a draft pass, the draft's catching up and a
+    // wider target pass; where k = 0 is best, probing every 16 steps made
+    // the run slower than plain decoding. The interval doubles up to 256.
+    const SimulatedPair dear{.acceptance = 0.1, .draft_seconds = 8e-3, .verify_seconds = cpu_like_verify};
+    REQUIRE(best_length(dear, 8) == 0);
+    specdec::AutoLength policy;
+    const std::vector<std::size_t> planned = simulate(policy, dear, 8, 1000, 3);
+    const auto drafting = [](auto begin, auto end) { return std::count_if(begin, end, [](std::size_t k) { return k > 0; }); };
+    // Steps 600-999: intervals of 256 (16, 32, 64, 128 before them) leave one
+    // or two probes; one in 16 would be 25.
+    CHECK(drafting(planned.begin() + 600, planned.end()) <= 2);
+    // The same policy at a fixed 16-step interval: the control this check
+    // would not pass.
+    specdec::AutoLength every_16({.max_explore_every = 16});
+    const std::vector<std::size_t> fixed = simulate(every_16, dear, 8, 1000, 3);
+    CHECK(drafting(fixed.begin() + 600, fixed.end()) >= 20);
+
+    // Where drafting pays, the policy plans step for step what the fixed
+    // 16-step interval plans (the simulation is deterministic).
+    const SimulatedPair cheap{.acceptance = 0.9, .draft_seconds = 0.5e-3, .verify_seconds = cpu_like_verify,
+                              .row_seconds = 0.05e-3};
+    REQUIRE(best_length(cheap, 8) >= 4);
+    specdec::AutoLength paying, paying_every_16({.max_explore_every = 16});
+    std::vector<std::size_t> plans, plans_every_16;
+    (void)simulate(paying, cheap, 8, 400, 5, {}, &plans);
+    (void)simulate(paying_every_16, cheap, 8, 400, 5, {}, &plans_every_16);
+    CHECK(plans == plans_every_16);
+}
+
 TEST_CASE("AutoLength's choice survives verification timings disturbed by a slow machine", "[length-policy][auto]") {
     // Acceptance high and drafts cheap: the best length is long. Then one in
     // five timings of each width comes out three times too slow, and the

@@ -122,6 +122,7 @@ struct SharedAutoLength {
     specdec::AutoLength* policy;
     StopCounts* stops = nullptr;
     specdec::DraftStop inner{};
+    double draft_pass_seconds = 0.1;  // 3.0: drafting never pays, k* = 0
     specdec::DraftPlan plan(std::size_t cap, std::uint64_t position) {
         const specdec::DraftPlan planned = policy->plan(cap, position);
         inner = planned.stop;
@@ -134,11 +135,22 @@ struct SharedAutoLength {
     }
     void observe(specdec::StepOutcome outcome) {
         const double n = static_cast<double>(outcome.verified_tokens);
-        outcome.draft_seconds = 0.1 * static_cast<double>(outcome.draft_passes);
+        outcome.draft_seconds = draft_pass_seconds * static_cast<double>(outcome.draft_passes);
         outcome.target_seconds = 1.0 + 0.02 * n * n;
         outcome.acceptance_seconds = 0.01 * static_cast<double>(outcome.proposed + 1);
         outcome.total_seconds = outcome.draft_seconds + outcome.target_seconds + outcome.acceptance_seconds;
         policy->observe(outcome);
+    }
+};
+
+// SharedAutoLength that also counts the steps and those that drafted.
+struct Counting : SharedAutoLength {
+    std::size_t* steps_out;
+    std::size_t* drafting_out;
+    void observe(const specdec::StepOutcome& outcome) {
+        ++*steps_out;
+        *drafting_out += outcome.proposed > 0 ? 1 : 0;
+        SharedAutoLength::observe(outcome);
     }
 };
 
@@ -229,6 +241,44 @@ TEST_CASE("the confidence stop and the auto length keep both rules exact", "[exa
     CHECK(tokenwise_stops.after_pass > 0);
     CHECK(block_stops.before_pass > 0);
     CHECK(block_stops.after_pass > 0);
+}
+
+// Always keeps the draft: the sequences then follow the draft where it drafted.
+struct AcceptsEveryDraft {
+    specdec::AcceptanceResult operator()(const specdec::DraftProposal& d, specdec::DistributionRows p,
+                                         const specdec::CounterRng& rng, std::uint64_t pos) const {
+        return {d.size(), specdec::sample_from_distribution(p.row(d.size()),
+                                                            rng.uniform(pos + d.size(), specdec::RandomPurpose::target_sample))};
+    }
+};
+
+TEST_CASE("an auto length whose drafts never pay explores ever more rarely and stays exact",
+          "[exactness][decoder][length-policy]") {
+    // Drafting costs 3 target passes: k* = 0, and the exploring steps (one
+    // draft each, the policy's deepest position here) come at intervals
+    // doubling from 3 to 12 steps (AutoLength's backoff).
+    const specdec::AutoLength::Options options{.warmup_steps = 2, .explore_every = 3, .max_explore_every = 12};
+    const SamplingOptions sampling{.temperature = 1.0};
+    for (const bool block : {false, true}) {
+        specdec::AutoLength policy(options);
+        std::size_t steps = 0, drafting = 0;
+        const Counting counting{{.policy = &policy, .draft_pass_seconds = 3.0}, &steps, &drafting};
+        const SequenceResult result = block ? decoder_test<specdec::BlockVerification>(sampling, 1, counting)
+                                            : decoder_test<specdec::TokenwiseRejection>(sampling, 1, counting);
+        check_exact(result, block ? "block, auto, drafts never pay" : "token-wise, auto, drafts never pay");
+        // Between the 1 in 12 of the longest interval and the 1 in 3 it
+        // would keep without the backoff.
+        const double share = static_cast<double>(drafting) / static_cast<double>(steps);
+        INFO("drafting steps " << drafting << " of " << steps);
+        CHECK(share > 0.04);
+        CHECK(share < 0.15);
+    }
+    // Negative control: the same policy with a rule that keeps every draft.
+    specdec::AutoLength control_policy(options);
+    const SequenceResult control = decoder_test<AcceptsEveryDraft>(
+        sampling, 1, SharedAutoLength{.policy = &control_policy, .draft_pass_seconds = 3.0});
+    INFO("every draft kept: sequences p " << control.sequences.p_value << " (" << control.cells << ")");
+    CHECK(control.sequences.p_value < kControlSignificance);
 }
 
 TEST_CASE("negative controls: a block rule with the token-wise residual and a policy that peeks at the verifier's uniform are caught", "[exactness][decoder][negative-control]") {

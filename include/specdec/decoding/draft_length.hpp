@@ -110,7 +110,13 @@ struct ConfidenceStop {
 // what is measured least (deep acceptance, widths only the stop would time).
 // Every explore_every-th step drafts exactly k* + 1 or k* - 1 (in turn,
 // without the stop), so that unfiltered acceptance and the widths around k*
-// keep being timed. The lengths depend on measured times, so two runs with
+// keep being timed. While k* stays 0 the interval doubles after each such
+// step (up to max_explore_every): there each exploring step pays a draft
+// pass, the draft's catching up on every token since the last one and a
+// wider target pass, which on an engine whose wider passes cost nearly as
+// much as separate ones made plain decoding with probes every 16 steps
+// several percent slower than plain decoding. Any k* > 0 restores the
+// interval. The lengths depend on measured times, so two runs with
 // one seed may choose differently (each run is still exact).
 class AutoLength {
 public:
@@ -118,6 +124,7 @@ public:
         std::size_t warmup_steps = 4;     // steps before the model decides: warmup_length, 1, warmup_length, 2, ...
         std::size_t warmup_length = 4;
         std::size_t explore_every = 16;   // one step in this many drafts k* + 1 or k* - 1 (in turn)
+        std::size_t max_explore_every = 256;  // the interval's bound while k* = 0 (see the class comment)
         double decay = 0.98;              // per-step weight of older acceptance samples
         double prior_strength = 4.0;      // pseudo-samples pulling a_i towards a_{i-1}
         double bin_prior_strength = 1.0;  // pseudo-samples pulling A(t) towards a_i
@@ -158,9 +165,14 @@ public:
             // Exploration alternates between the two neighbours of k*, so that
             // the widths on either side keep being timed (a width never timed
             // again keeps whatever a slow moment once made of it).
-            const bool explore = options_.explore_every > 0 && steps_ % options_.explore_every == 0;
+            if (best > 0) explore_interval_ = options_.explore_every;
+            const bool explore = options_.explore_every > 0 && steps_ - last_exploration_ >= explore_interval_;
             planned_ = best;
             if (explore) {
+                last_exploration_ = steps_;
+                if (best == 0)
+                    explore_interval_ = std::max(options_.explore_every,
+                                                 std::min(2 * explore_interval_, options_.max_explore_every));
                 const bool up = (explorations_++ % 2 == 0 && best < cap) || best == 0;
                 planned_ = up ? best + 1 : best - 1;
             } else if (best > 0 && options_.confidence_stop) {
@@ -263,6 +275,7 @@ private:
 
     Options options_;
     std::size_t steps_ = 0, explorations_ = 0, planned_ = 0;
+    std::size_t explore_interval_ = options_.explore_every, last_exploration_ = 0;  // see plan()
     bool stopping_ = false;
     double target_rate_ = 0.0;       // R
     double kept_probability_ = 1.0;  // K
