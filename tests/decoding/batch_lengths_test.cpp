@@ -152,7 +152,6 @@ struct ScriptedBatch {
     }
 };
 
-
 // Runs a fresh policy on `machine` and checks that from step `from` it drafts
 // only at the exploring steps that probe a vetoed plan (one in 16 at most).
 void check_stays_vetoed(const ScriptedBatch& machine, std::size_t steps, std::size_t from) {
