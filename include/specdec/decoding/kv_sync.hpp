@@ -67,21 +67,25 @@ public:
         LogitsView logits = model_->forward(tokens);
         cached_.insert(cached_.end(), tokens.begin(), tokens.end());
         check_cache_grew(*model_, before, tokens.size(), role_, "forward");
-        if (logits.rows != tokens.size()) {
-            std::ostringstream message;
-            message << "model forward returned " << logits.rows << " logits rows for " << tokens.size()
-                    << " tokens: expected one row per token";
-            throw Error(message.str());
-        }
-        if (logits.rows > 0 && (logits.vocab != model_->vocab_size() || (logits.rows > 1 && logits.row_stride < logits.vocab) ||
-                                logits.data == nullptr)) {
-            std::ostringstream message;
-            message << "model forward returned logits rows of " << logits.vocab << " values (row stride "
-                    << logits.row_stride << (logits.data == nullptr ? ", no data" : "")
-                    << "): expected vocab_size() = " << model_->vocab_size() << " values per row";
-            throw Error(message.str());
-        }
+        check_rows(logits, tokens.size(), tokens.size(), "forward", "one row per token");
         return logits;
+    }
+
+    // Appends tokens in one batched pass and returns the last one's logits
+    // row only: through forward_last() when the model has it, so the output
+    // head runs once (a prompt's prefill, the draft catching up on the tokens
+    // the last verification committed, of which only the last row is read).
+    LogitsView forward_last(std::span<const Token> tokens) {
+        if constexpr (LastRowLM<Model>) {
+            const std::size_t before = model_->cached_tokens();
+            const LogitsView logits = model_->forward_last(tokens);
+            cached_.insert(cached_.end(), tokens.begin(), tokens.end());
+            check_cache_grew(*model_, before, tokens.size(), role_, "forward_last");
+            check_rows(logits, 1, tokens.size(), "forward_last", "the last row only");
+            return logits;
+        } else {
+            return forward(tokens);
+        }
     }
 
     // Records `tokens` as appended to the cache by a pass the caller ran on
@@ -122,24 +126,8 @@ public:
         check_cache_grew(*model_, before, path.size(), role_, "commit_tree");
     }
 
-    // Appends tokens whose logits nobody reads (a prompt's prefill): through
-    // forward_last() when the model has it, so the output head runs once.
-    void prefill(std::span<const Token> tokens) {
-        if constexpr (LastRowLM<Model>) {
-            const std::size_t before = model_->cached_tokens();
-            const LogitsView logits = model_->forward_last(tokens);
-            cached_.insert(cached_.end(), tokens.begin(), tokens.end());
-            check_cache_grew(*model_, before, tokens.size(), role_, "forward_last");
-            if (logits.rows != 1) {
-                std::ostringstream message;
-                message << "model forward_last returned " << logits.rows << " logits rows for " << tokens.size()
-                        << " tokens: expected the last row only";
-                throw Error(message.str());
-            }
-        } else {
-            (void)forward(tokens);
-        }
-    }
+    // Appends tokens whose logits nobody reads (a prompt's prefill).
+    void prefill(std::span<const Token> tokens) { (void)forward_last(tokens); }
 
     // The device-verification path of targets that provide forward_and_verify().
     template <class... Args>
@@ -152,6 +140,26 @@ public:
     }
 
 private:
+    // A pass over `tokens` tokens returned `rows` rows of vocab_size()
+    // values each (`expected` says what the call promises, for the message).
+    void check_rows(const LogitsView& logits, std::size_t rows, std::size_t tokens, const char* call,
+                    const char* expected) const {
+        if (logits.rows != rows) {
+            std::ostringstream message;
+            message << "model " << call << " returned " << logits.rows << " logits rows for " << tokens
+                    << " tokens: expected " << expected;
+            throw Error(message.str());
+        }
+        if (logits.rows > 0 && (logits.vocab != model_->vocab_size() || (logits.rows > 1 && logits.row_stride < logits.vocab) ||
+                                logits.data == nullptr)) {
+            std::ostringstream message;
+            message << "model " << call << " returned logits rows of " << logits.vocab << " values (row stride "
+                    << logits.row_stride << (logits.data == nullptr ? ", no data" : "")
+                    << "): expected vocab_size() = " << model_->vocab_size() << " values per row";
+            throw Error(message.str());
+        }
+    }
+
     Model* model_;
     std::string_view role_;
     std::vector<Token> cached_;

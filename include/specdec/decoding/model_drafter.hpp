@@ -93,8 +93,9 @@ public:
         if (keep_q) proposal.probabilities.reserve(k * vocab);
 
         // Catch up on whatever the last verification committed (the last accepted
-        // draft, the corrected or bonus token) in one batched pass.
-        LogitsView logits = cache_.forward(cache_.uncached_suffix(request.history));
+        // draft, the corrected or bonus token) in one batched pass, of which
+        // only the last row is read.
+        LogitsView logits = cache_.forward_last(cache_.uncached_suffix(request.history));
         ++proposal.forward_passes;
         for (std::size_t i = 0; i < k; ++i) {
             check_vocab(logits);

@@ -58,7 +58,7 @@ public:
         for (std::size_t s = 0; s < shape.size(); ++s) ++shape_children_[static_cast<std::size_t>(shape.parent(s) + 1)];
 
         // Catch up on what the last verification committed; the last row is the root's q.
-        LogitsView logits = cache_.forward(cache_.uncached_suffix(request.history));
+        LogitsView logits = cache_.forward_last(cache_.uncached_suffix(request.history));
         ++proposal.forward_passes;
         check_vocab(logits);
         expansions_.assign(1, Expansion{});
