@@ -219,6 +219,34 @@ TEST_CASE("AutoBatchLength stops drafting when its drafting steps were slower th
     CHECK(drafted.drafting_steps >= drafted.steps * 9 / 10);
 }
 
+TEST_CASE("AutoBatchLength probes plain decoding rarely while drafting clearly wins", "[batch_lengths]") {
+    // One request on a memory-bound pass: drafting two tokens emits 2 per
+    // 14.3 ms against 1 per 10.1 ms plain (1.4x). A plain probe every 32
+    // steps gives up a drafting step's second token each time; while drafting
+    // wins by more than clear_margin (1.25) the probes come every 128 steps.
+    const ScriptedBatch single{.base = 0.010, .per_token = 0.0001, .sequences = 1, .cap = 4};
+    AutoBatchLength policy;
+    const auto counts = single.run(policy, 1200, 200);
+    CHECK(policy.plain_probes_skipped() > 0);
+    CHECK(counts.steps - counts.drafting_steps >= 1);  // the plain rate is still timed now and then
+    CHECK(counts.steps - counts.drafting_steps <= counts.steps / 100);
+
+    // Negative control: the same machine with a margin drafting does not
+    // reach probes as often as before (one step in 32).
+    AutoBatchLength::Options options;
+    options.clear_margin = 2.0;
+    AutoBatchLength strict(options);
+    const auto probed = single.run(strict, 1200, 200);
+    CHECK(strict.plain_probes_skipped() == 0);
+    CHECK(probed.steps - probed.drafting_steps >= probed.steps / 40);
+    CHECK(counts.tokens * probed.seconds > probed.tokens * counts.seconds);  // the rarer probes ran faster
+
+    // A margin below 1 would skip probes where drafting loses: refused.
+    AutoBatchLength::Options nonsense;
+    nonsense.clear_margin = 0.9;
+    CHECK_THROWS_WITH(AutoBatchLength(nonsense), Catch::Contains("clear_margin"));
+}
+
 TEST_CASE("AutoBatchLength drafts again soon after a stretch of rejected drafts, and keeps a veto on costs",
           "[batch_lengths]") {
     // One request on a memory-bound pass (drafting two tokens: about 2 tokens

@@ -419,6 +419,38 @@ TEST_CASE("batched decoding is exact per request when AutoBatchLength gives ever
     check_batched(crossed_counts);
 }
 
+TEST_CASE("batched decoding is exact per request when AutoBatchLength leaves out plain probes while drafting clearly "
+          "wins, drafting to the deepest position",
+          "[exactness][decoder][batched][length-policy]") {
+    constexpr std::size_t k = 4;
+    // Exploring every third step, a plain probe every sixth: drafting wins
+    // by far under the scripted costs (a nearly flat pass), so every other
+    // probe may run the plan instead (one in 12 steps), and most do.
+    const specdec::AutoBatchLength::Options options{
+        .warmup_steps = 6, .warmup_length = k, .explore_every = 3, .max_plain_probe_every = 12};
+    specdec::AutoBatchLength policy(options);
+    const ScenarioCounts counts =
+        exact_under_scripted_auto("batched, token-wise, auto, rare plain probes", k, [&] { return ScriptedCosts{&policy}; });
+    INFO("measured request's draft lengths (length:steps):" << draft_lengths_text(counts) << "; plain probes left out "
+                                                            << policy.plain_probes_skipped() << " of "
+                                                            << policy.steps_observed() << " steps");
+    CHECK(policy.plain_probes_skipped() * 16 > policy.steps_observed());  // over 3/4 of the one in 12 it may
+    REQUIRE(counts.lengths.size() == k + 1);
+    CHECK(counts.lengths[k] > 0);  // the deepest position was reached
+
+    // Negative control, the same scenario and policy: a pass that hands each
+    // feed another feed's rows is caught.
+    specdec::AutoBatchLength crossed_policy(options);
+    RowsLastFeedFirst crossed(toy_slots(target_options()));
+    ScenarioCounts crossed_counts;
+    const std::function<ScriptedCosts()> crossed_auto = [&] { return ScriptedCosts{&crossed_policy}; };
+    check_caught(draft_model_report_on<specdec::TokenwiseRejection>(crossed, "batched, auto rare plain probes, rows last feed first",
+                                                                     SamplingOptions{.temperature = 1.0}, k, crossed_auto,
+                                                                     crossed_counts),
+                 k);
+    check_batched(crossed_counts);
+}
+
 TEST_CASE("batched decoding is exact per request when AutoBatchLength's check against realized tokens per second runs "
           "plain steps, its probes drafting to the deepest position",
           "[exactness][decoder][batched][length-policy]") {

@@ -16,6 +16,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <span>
@@ -102,7 +103,13 @@ struct FixedBatchLength {
 // sequence than planned (when none drafts, one sequence drafts one token: the
 // width just above the plain pass and the acceptance stay measured at the
 // price of one row), or, in turn, none at all (a plain step: V at the
-// batch's own width stays timed at the machine's current speed). Where
+// batch's own width stays timed at the machine's current speed). While the
+// steps that drafted by plan beat the plain ones by clear_margin by both
+// counts below, those plain probes run only once in max_plain_probe_every
+// steps: there a plain step gives up most of a drafting step's tokens (one
+// token for a step that drafts 2.3 on a CPU at one sequence, where one
+// probe in 32 steps cost about 2%), and a comparison that far apart is not
+// decided by a plain rate somewhat out of date. Where
 // the pass has stayed flat over the widths timed so far and the plan reaches
 // the widest of them, one step in widen_every drafts out to twice that width
 // (widen_past_timed): a GPU's pass, flat far past what warm-up times, is then
@@ -129,6 +136,8 @@ public:
         std::size_t warmup_length = 4;
         std::size_t warmup_rows = 8;    // draft rows a warm-up or exploration step adds at most
         std::size_t explore_every = 16;
+        std::size_t max_plain_probe_every = 128;  // a plain probe's interval while drafting clearly wins
+        double clear_margin = 1.25;               // what "clearly" means: drafting's tokens per second over plain's
         std::size_t widen_every = 4;    // a step in this many may time a pass twice the widest timed (see widen_past_timed)
         double decay = 0.98;            // per-step weight of older samples
         double prior_strength = 4.0;    // pseudo-samples pulling a request's a_m to the pooled one
@@ -150,6 +159,12 @@ public:
         if (!(options_.decay > 0.0 && options_.decay <= 1.0)) {
             std::ostringstream message;
             message << "invalid AutoBatchLength decay = " << options_.decay << ": expected a value in (0, 1]";
+            throw Error(message.str());
+        }
+        if (!(options_.clear_margin >= 1.0 && options_.clear_margin <= std::numeric_limits<double>::max())) {
+            std::ostringstream message;
+            message << "invalid AutoBatchLength clear_margin = " << options_.clear_margin
+                    << ": expected a finite ratio of at least 1 (drafting's tokens per second over plain decoding's)";
             throw Error(message.str());
         }
         if (!(options_.prior_strength > 0.0)) {
@@ -216,11 +231,17 @@ public:
             } else if (up) {
                 for (std::size_t i = 0; i < n; ++i)
                     if (lengths[i] > 0) lengths[i] = std::min(queries[i].cap, lengths[i] + 1);
+            } else if (any && drafting_clearly_won(n) && steps_ - last_plain_probe_ < options_.max_plain_probe_every) {
+                // Drafting wins by a wide margin: the plan runs instead
+                // of this plain probe (see the class comment).
+                ++plain_probes_skipped_;
+                step_kind_ = StepKind::planned_drafts;
             } else {
                 // A plain step: every plan is compared with V at the batch's
                 // own width, which a policy that always drafts would
                 // otherwise keep from the machine's speed of long ago.
                 std::fill(lengths.begin(), lengths.end(), 0);
+                last_plain_probe_ = steps_;
             }
         }
     }
@@ -278,6 +299,8 @@ public:
     [[nodiscard]] std::size_t widened_steps() const { return widened_; }
     // Probes of a vetoed plan that beat the plain steps and ended the veto.
     [[nodiscard]] std::size_t veto_lifts() const { return veto_lifts_; }
+    // Plain probes left out because drafting clearly won (the plan ran instead).
+    [[nodiscard]] std::size_t plain_probes_skipped() const { return plain_probes_skipped_; }
 
 private:
     // A request's own decayed counts by draft position.
@@ -406,6 +429,19 @@ private:
         const std::size_t recent = steps_ > kEmittedHorizon ? steps_ - kEmittedHorizon : 0;
         return (r.planned_expected.samples() >= 4 && r.planned_expected.value() < plain) ||
                (r.planned_emitted.samples(recent) >= 4 && r.planned_emitted.value(recent) < plain);
+    }
+
+    // Whether the recent steps that drafted by plan beat the recent plain
+    // ones by clear_margin by both counts, at n sequences (with as many
+    // samples as drafting_lost asks for).
+    [[nodiscard]] bool drafting_clearly_won(std::size_t n) const {
+        if (n >= rates_.size()) return false;
+        const ModeRates& r = rates_[n];
+        if (r.plain.samples() < 3) return false;
+        const double bar = options_.clear_margin * r.plain.value();
+        const std::size_t recent = steps_ > kEmittedHorizon ? steps_ - kEmittedHorizon : 0;
+        return r.planned_expected.samples() >= 4 && r.planned_expected.value() >= bar &&
+               r.planned_emitted.samples(recent) >= 4 && r.planned_emitted.value(recent) >= bar;
     }
 
     // Past the widest timed width w, V is extrapolated as if the pass were
@@ -594,6 +630,7 @@ private:
 
     Options options_;
     std::size_t steps_ = 0, explorations_ = 0, rotation_ = 0, widened_ = 0, veto_lifts_ = 0, equal_looks_ = 0;
+    std::size_t last_plain_probe_ = 0, plain_probes_skipped_ = 0;
     AcceptanceEstimate pooled_;
     std::vector<double> pooled_chain_;
     std::unordered_map<std::uint64_t, Counts> requests_;
