@@ -142,6 +142,44 @@ TEST_CASE("token-wise rejection sampling is exact at every draft position (k = 4
     }
 }
 
+TEST_CASE("a draft with forward_last (its catching up reads one row) is exact at every draft position, block too; a "
+          "residual bug in the same setup is caught",
+          "[exactness][decoder]") {
+    // k = 3 and 7-token sequences: after a step that keeps all three drafts
+    // another follows, whose catching up feeds two tokens through
+    // forward_last (the last draft and the bonus token).
+    constexpr std::size_t kVocab = 2, k = 3, kLength = 7;
+    const std::vector<Token> prompt{1, 0};
+    const SamplingOptions sampling{.temperature = 1.0};
+    ToyLM target(exactness_target_options(kVocab));
+    const auto setup = [&](std::string name) {
+        return ExactnessSetup{.name = std::move(name),
+                              .prompt = prompt,
+                              .vocab = kVocab,
+                              .length = kLength,
+                              .draft_tokens = k,
+                              .samples = kExactnessSamples,
+                              .target = reference_conditional(target, sampling)};
+    };
+    specdec::test::LastRowToyLM tokenwise_draft(exactness_draft_options(kVocab)), block_draft(exactness_draft_options(kVocab));
+    check_exact(run_exactness(setup("token-wise, forward_last draft"),
+                              speculative_run(target, tokenwise_draft, k, sampling, kLength, prompt)),
+                k);
+    check_exact(run_exactness(setup("block, forward_last draft"),
+                              speculative_run<specdec::BlockVerification>(target, block_draft, k, sampling, kLength, prompt)),
+                k);
+    for (const specdec::test::LastRowToyLM* draft : {&tokenwise_draft, &block_draft}) {
+        CHECK(draft->multi_token_last_row_calls > kExactnessSamples / 10);  // two-token catch-ups were many
+        CHECK(draft->forward_calls() > draft->last_row_calls);                // the later drafts still use forward
+    }
+
+    // Negative control, the same draft and sequences: a residual bug from draft position 2 on.
+    specdec::test::LastRowToyLM control_draft(exactness_draft_options(kVocab));
+    check_caught(run_exactness(setup("forward_last draft, residual bug from position 2"),
+                               speculative_run<ResidualBugFromPosition2>(target, control_draft, k, sampling, kLength, prompt)),
+                 k);
+}
+
 TEST_CASE("the sampling transforms and their combinations are exact against the independent reference", "[exactness][decoder][sampling]") {
     const std::vector<SamplingOptions> transforms{
         {.temperature = 0.6},

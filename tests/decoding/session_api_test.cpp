@@ -155,21 +155,9 @@ TEST_CASE("the autoregressive decoder has the same session API and cache reuse",
     CHECK(stepped == first.tokens);
 }
 
-namespace {
-// A ToyLM that also offers forward_last (the LastRowLM extension) and counts its use.
-class LastRowToyLM : public ToyLM {
-public:
-    using ToyLM::ToyLM;
-    specdec::LogitsView forward_last(std::span<const Token> tokens) {
-        ++last_row_calls;
-        const specdec::LogitsView all = forward(tokens);
-        return {all.data + (all.rows - 1) * all.row_stride, 1, all.vocab, all.row_stride};
-    }
-    std::size_t last_row_calls = 0;
-};
+using specdec::test::LastRowToyLM;
 static_assert(specdec::LastRowLM<LastRowToyLM>);
 static_assert(!specdec::LastRowLM<ToyLM>);
-}  // namespace
 
 TEST_CASE("prefill and the draft's catching up go through forward_last when the model has it, with the same output",
           "[session][api]") {

@@ -445,6 +445,36 @@ TEST_CASE("deep trees are exact down to their last depth: sequences one token lo
     }
 }
 
+TEST_CASE("a tree draft with forward_last (its catching up reads one row) is exact down to the last depth; a wrong "
+          "bonus row in the same setup is caught",
+          "[tree][exactness]") {
+    // Depth 3 and 6-token sequences: after a fully accepted path another step
+    // follows, whose catching up feeds two tokens through forward_last.
+    const TreeShape shape = TreeShape::from_branching({2, 1, 1});
+    const SamplingOptions sampling{.temperature = 1.0};
+    constexpr std::size_t kVocab = 3, kLength = 6;
+    ToyLM target(tree_target_options(kVocab));
+    const std::vector<Token> prompt{1, 2};
+    const auto setup = [&](std::string name) {
+        return ExactnessSetup{.name = std::move(name),
+                              .prompt = prompt,
+                              .vocab = kVocab,
+                              .length = kLength,
+                              .draft_tokens = 3,
+                              .samples = kTreeSamples,
+                              .target = reference_conditional(target, sampling)};
+    };
+    specdec::test::LastRowToyLM draft(tree_draft_options(kVocab, 0.3));
+    check_exact(run_exactness(setup("tree 2x1x1, forward_last draft"), tree_runner(target, draft, shape, sampling, kLength, prompt)),
+                3);
+    CHECK(draft.multi_token_last_row_calls > kTreeSamples / 10);  // two-token catch-ups were many
+
+    specdec::test::LastRowToyLM control_draft(tree_draft_options(kVocab, 0.3));
+    check_caught(run_exactness(setup("tree 2x1x1, forward_last draft, bonus from the parent's row"),
+                               tree_runner<BonusFromParentRowWhenDeep>(target, control_draft, shape, sampling, kLength, prompt)),
+                 3);
+}
+
 TEST_CASE("negative control (iii): a wrong bonus row after a fully accepted depth-3 path is caught", "[tree][exactness][negative-control]") {
     const TreeShape shape = TreeShape::from_branching({2, 1, 1});
     const SamplingOptions sampling{.temperature = 1.0};

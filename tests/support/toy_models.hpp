@@ -164,4 +164,21 @@ private:
     std::vector<std::int32_t> pending_parents_;
 };
 
+// A ToyLM that also offers forward_last (the LastRowLM extension): the
+// prompt's prefill and the draft's catching up go through it. It counts its
+// calls, and those that fed several tokens (where the last row differs from
+// the first).
+class LastRowToyLM : public ToyLM {
+public:
+    using ToyLM::ToyLM;
+    LogitsView forward_last(std::span<const Token> tokens) {
+        ++last_row_calls;
+        if (tokens.size() > 1) ++multi_token_last_row_calls;
+        const LogitsView all = forward(tokens);
+        return {all.data + (all.rows - 1) * all.row_stride, 1, all.vocab, all.row_stride};
+    }
+    std::size_t last_row_calls = 0;
+    std::size_t multi_token_last_row_calls = 0;
+};
+
 }  // namespace specdec::test
