@@ -231,7 +231,7 @@ public:
             } else if (up) {
                 for (std::size_t i = 0; i < n; ++i)
                     if (lengths[i] > 0) lengths[i] = std::min(queries[i].cap, lengths[i] + 1);
-            } else if (any && drafting_clearly_won(n) && steps_ - last_plain_probe_ < options_.max_plain_probe_every) {
+            } else if (any && steps_ - last_plain_probe_ < options_.max_plain_probe_every && drafting_clearly_won(n)) {
                 // Drafting wins by a wide margin: the plan runs instead
                 // of this plain probe (see the class comment).
                 ++plain_probes_skipped_;
@@ -422,26 +422,34 @@ private:
     // least three times, planned ones four; the emitted count over the last
     // kEmittedHorizon steps).
     [[nodiscard]] bool drafting_lost(std::size_t n) const {
-        if (n >= rates_.size()) return false;
-        const ModeRates& r = rates_[n];
-        if (r.plain.samples() < 3) return false;
-        const double plain = r.plain.value();
-        const std::size_t recent = steps_ > kEmittedHorizon ? steps_ - kEmittedHorizon : 0;
-        return (r.planned_expected.samples() >= 4 && r.planned_expected.value() < plain) ||
-               (r.planned_emitted.samples(recent) >= 4 && r.planned_emitted.value(recent) < plain);
+        const DraftingRates d = drafting_rates(n);
+        return (d.expected && *d.expected < d.plain) || (d.emitted && *d.emitted < d.plain);
     }
 
     // Whether the recent steps that drafted by plan beat the recent plain
     // ones by clear_margin by both counts, at n sequences (with as many
     // samples as drafting_lost asks for).
     [[nodiscard]] bool drafting_clearly_won(std::size_t n) const {
-        if (n >= rates_.size()) return false;
+        const DraftingRates d = drafting_rates(n);
+        const double bar = options_.clear_margin * d.plain;
+        return d.expected && *d.expected >= bar && d.emitted && *d.emitted >= bar;
+    }
+
+    // The recent plain rate at n sequences (0 with fewer than three plain
+    // steps timed) and the drafting steps' rates by the two counts, each
+    // where it has four samples (the emitted one over kEmittedHorizon steps).
+    struct DraftingRates {
+        double plain = 0.0;
+        std::optional<double> expected, emitted;
+    };
+    [[nodiscard]] DraftingRates drafting_rates(std::size_t n) const {
+        if (n >= rates_.size() || rates_[n].plain.samples() < 3) return {};
         const ModeRates& r = rates_[n];
-        if (r.plain.samples() < 3) return false;
-        const double bar = options_.clear_margin * r.plain.value();
         const std::size_t recent = steps_ > kEmittedHorizon ? steps_ - kEmittedHorizon : 0;
-        return r.planned_expected.samples() >= 4 && r.planned_expected.value() >= bar &&
-               r.planned_emitted.samples(recent) >= 4 && r.planned_emitted.value(recent) >= bar;
+        DraftingRates d{.plain = r.plain.value()};
+        if (r.planned_expected.samples() >= 4) d.expected = r.planned_expected.value();
+        if (r.planned_emitted.samples(recent) >= 4) d.emitted = r.planned_emitted.value(recent);
+        return d;
     }
 
     // Past the widest timed width w, V is extrapolated as if the pass were

@@ -103,15 +103,7 @@ public:
         const std::size_t before = model_->cached_tokens();
         LogitsView logits = model_->forward_tree(tokens, parents);
         check_cache_grew(*model_, before, 0, role_, "forward_tree (which must not grow the cache)");
-        if (logits.rows != tokens.size() || (logits.rows > 0 && (logits.vocab != model_->vocab_size() ||
-                                                                 logits.data == nullptr ||
-                                                                 (logits.rows > 1 && logits.row_stride < logits.vocab)))) {
-            std::ostringstream message;
-            message << "model forward_tree returned " << logits.rows << " logits rows of " << logits.vocab
-                    << " values for " << tokens.size() << " nodes: expected one row of vocab_size() = "
-                    << model_->vocab_size() << " values per node";
-            throw Error(message.str());
-        }
+        check_rows(logits, tokens.size(), tokens.size(), "forward_tree", "one row per node");
         return logits;
     }
 
