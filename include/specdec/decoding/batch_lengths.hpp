@@ -446,7 +446,8 @@ private:
         if (n >= rates_.size() || rates_[n].plain.samples() < 3) return {};
         const ModeRates& r = rates_[n];
         const std::size_t recent = steps_ > kEmittedHorizon ? steps_ - kEmittedHorizon : 0;
-        DraftingRates d{.plain = r.plain.value()};
+        DraftingRates d;
+        d.plain = r.plain.value();
         if (r.planned_expected.samples() >= 4) d.expected = r.planned_expected.value();
         if (r.planned_emitted.samples(recent) >= 4) d.emitted = r.planned_emitted.value(recent);
         return d;
