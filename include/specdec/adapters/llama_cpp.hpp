@@ -15,6 +15,9 @@
 //  - truncate() is llama_memory_seq_rm of the positions past n. The context
 //    is probed at construction (llama_cpp_rollback_probe.hpp) and a model
 //    whose memory cannot drop a suffix is refused, never rolled back wrongly;
+//  - a recurrent or hybrid model (a state per sequence that every token
+//    overwrites) rolls back from a checkpoint sequence per slot and replays
+//    the tokens after it (llama_cpp_recurrent.hpp), probed the same way;
 //  - the adapter keeps each slot's position count itself and checks it
 //    against llama_memory_seq_pos_max after every pass and rollback;
 //  - a failed llama_decode (llama_cpp_decode_status.hpp) is reported as a
@@ -41,6 +44,7 @@
 #include <llama.h>
 
 #include "specdec/adapters/llama_cpp_decode_status.hpp"
+#include "specdec/adapters/llama_cpp_recurrent.hpp"
 #include "specdec/adapters/llama_cpp_rollback_probe.hpp"
 #include "specdec/adapters/llama_cpp_runtime.hpp"
 #include "specdec/adapters/llama_cpp_vocabulary.hpp"
@@ -74,7 +78,9 @@ public:
     // Loads a GGUF file with llama.cpp and creates its context. Throws
     // specdec::Error (naming the file) if llama.cpp cannot load it, if the
     // options are invalid, or if the model cannot serve speculative decoding
-    // (an encoder-decoder, a diffusion model, a memory without partial rollback).
+    // (an encoder-decoder, a diffusion model, a memory that fails its
+    // rollback probe). A recurrent or hybrid model gets twice the llama.cpp
+    // sequences (its checkpoints), and a hybrid one a unified cache.
     static LlamaCppModel load(const std::string& gguf_path, const LlamaCppOptions& options = {}) {
         return LlamaCppModel(gguf_path, options);
     }
@@ -109,6 +115,8 @@ public:
             context_length_ = other.context_length_;
             batch_capacity_ = other.batch_capacity_;
             unified_cache_ = other.unified_cache_;
+            recurrent_ = other.recurrent_;
+            recurrent_rollback_ = std::move(other.recurrent_rollback_);
             cached_ = std::move(other.cached_);
             logits_ = std::move(other.logits_);
             name_ = std::move(other.name_);
@@ -153,6 +161,12 @@ public:
                         std::to_string(cached_[slot]) + " positions; expected n <= cached_tokens()");
         }
         if (n == cached_[slot]) return;
+        if (recurrent_) {
+            roll_back_recurrent(slot, n);
+            cached_[slot] = n;
+            check_positions(slot, "truncate");
+            return;
+        }
         if (!llama_memory_seq_rm(memory(), seq(slot), static_cast<llama_pos>(n), -1)) {
             throw Error(name_ + ": llama.cpp refused to roll slot " + std::to_string(slot) + " back from " +
                         std::to_string(cached_[slot]) + " to " + std::to_string(n) + " positions" +
@@ -167,6 +181,12 @@ public:
     // cache stream per sequence and more than one slot. BatchedDecoder tells
     // AutoBatchLength, which then gives every request of a step one length.
     [[nodiscard]] bool ragged_passes_split() const { return !unified_cache_ && cached_.size() > 1; }
+
+    // Whether rollbacks restore a checkpoint and replay tokens (a recurrent
+    // or hybrid model, llama_cpp_recurrent.hpp), and how many tokens they
+    // have replayed so far.
+    [[nodiscard]] bool rolls_back_by_replay() const { return recurrent_; }
+    [[nodiscard]] std::size_t replayed_tokens() const { return recurrent_rollback_.replayed_tokens(); }
 
     // --- llama.cpp specifics ---
     // The file name and the architecture, e.g. "stories260K.gguf (llama)".
@@ -306,11 +326,26 @@ private:
             throw Error(name_ + ": LlamaCppOptions::ubatch " + std::to_string(ubatch) + " exceeds batch " +
                         std::to_string(batch));
         }
+        const llama_model* m = model_.get();
+        recurrent_ = llama_model_is_recurrent(m) || llama_model_is_hybrid(m);
+        // A hybrid model's checkpoints must share the attention cells of
+        // their slots: one cache, where llama_memory_seq_cp only marks cells
+        // (between cache streams it copies whole buffers).
+        unified_cache_ = options.unified_cache || llama_model_is_hybrid(m);
+        const std::size_t llama_sequences =
+            recurrent_ ? llama_cpp::RecurrentRollback::sequences_needed(options.sequences) : options.sequences;
+        if (llama_sequences > llama_max_parallel_sequences()) {
+            throw Error(name_ + ": LlamaCppOptions::sequences is " + std::to_string(options.sequences) +
+                        "; a recurrent model needs two llama.cpp sequences a slot and this build holds at most " +
+                        std::to_string(llama_max_parallel_sequences()));
+        }
         llama_context_params params = llama_context_default_params();
-        params.n_ctx = static_cast<std::uint32_t>(context * options.sequences);
+        // Unified, a checkpoint shares its slot's cells; in streams every
+        // llama.cpp sequence has a stream of n_ctx / n_seq_max positions.
+        params.n_ctx = static_cast<std::uint32_t>(context * (unified_cache_ ? options.sequences : llama_sequences));
         params.n_batch = static_cast<std::uint32_t>(batch);
         params.n_ubatch = static_cast<std::uint32_t>(ubatch);
-        params.n_seq_max = static_cast<std::uint32_t>(options.sequences);
+        params.n_seq_max = static_cast<std::uint32_t>(llama_sequences);
         // Every token of a pass may be an output (a verification pass needs
         // them all), and all of them may belong to one sequence.
         params.n_outputs_max = static_cast<std::uint32_t>(batch);
@@ -319,8 +354,7 @@ private:
         params.n_threads_batch = resolve_threads(options.threads_batch);
         // By default independent sequences: a cache stream each, so one
         // sequence can neither fill nor slow down another's.
-        params.kv_unified = options.unified_cache;
-        unified_cache_ = options.unified_cache;
+        params.kv_unified = unified_cache_;
         // A sliding-window cache of full size forgets nothing, so rolling back
         // never needs a position it already dropped.
         params.swa_full = true;
@@ -339,15 +373,14 @@ private:
         batch_capacity_ = llama_n_batch(context_.get());
         batch_.reset(new llama_batch(llama_batch_init(static_cast<std::int32_t>(batch_capacity_), 0, 1)));
         cached_.assign(options.sequences, 0);
+        if (recurrent_) recurrent_rollback_ = llama_cpp::RecurrentRollback(options.sequences);
         refuse_without_partial_rollback();
     }
 
     void refuse_unsupported_kinds() const {
         const llama_model* m = model_.get();
         const char* why = nullptr;
-        if (llama_model_is_recurrent(m)) why = "a recurrent model: its state cannot be rolled back to an earlier position";
-        else if (llama_model_is_hybrid(m)) why = "a hybrid (recurrent + attention) model: its recurrent state cannot be rolled back to an earlier position";
-        else if (llama_model_is_diffusion(m)) why = "a diffusion model: it does not predict the next token";
+        if (llama_model_is_diffusion(m)) why = "a diffusion model: it does not predict the next token";
         else if (llama_model_has_encoder(m)) why = "an encoder-decoder model: only decoder-only models are supported";
         else if (!llama_model_has_decoder(m)) why = "a model without a decoder";
         if (why != nullptr) throw Error(name_ + " cannot serve speculative decoding: it is " + why);
@@ -377,7 +410,11 @@ private:
 
     void refuse_without_partial_rollback() {
         ContextMemory memory{this};
-        const llama_cpp::RollbackProbe probe = llama_cpp::probe_partial_rollback(memory);
+        const llama_token bos = llama_vocab_bos(vocab_);
+        const llama_cpp::RollbackProbe probe =
+            recurrent_ ? llama_cpp::probe_checkpoint_rollback(context_.get(), *batch_, recurrent_rollback_.checkpoint_seq(0),
+                                                              vocab_size_, bos != LLAMA_TOKEN_NULL ? bos : 0)
+                       : llama_cpp::probe_partial_rollback(memory);
         if (!probe.partial_rollback) {
             throw Error(name_ + " cannot serve speculative decoding: its cache cannot be rolled back to an earlier position (" +
                         probe.reason + ")" + llama_cpp::recent_errors_suffix());
@@ -409,6 +446,12 @@ private:
     void check_positions(std::size_t slot, const char* after) {
         const llama_pos last = llama_memory_seq_pos_max(memory(), seq(slot));
         const llama_pos expected = static_cast<llama_pos>(cached_[slot]) - 1;
+        if (recurrent_ && recurrent_rollback_.held(slot) != cached_[slot]) {
+            failure_ = "after " + std::string(after) + " slot " + std::to_string(slot) + " records " +
+                       std::to_string(recurrent_rollback_.held(slot)) + " tokens for replay, expected " +
+                       std::to_string(cached_[slot]);
+            throw Error(name_ + ": internal error: " + failure_);
+        }
         if (last != expected) {
             failure_ = "after " + std::string(after) + " slot " + std::to_string(slot) + " ends at position " +
                        std::to_string(last) + " in llama.cpp's memory, expected " + std::to_string(expected);
@@ -461,6 +504,10 @@ private:
         // A pass in one llama_decode whose rows llama.cpp stores contiguously
         // in batch order needs no copy; anything else is gathered in logits_.
         const float* direct = nullptr;
+        if (recurrent_) {
+            for (const SequenceFeed& feed : feeds)
+                if (!feed.tokens.empty()) recurrent_rollback_.before_pass(memory(), feed.slot, feed.tokens.size());
+        }
         try {
             if (entries.size() <= batch_capacity_) direct = decode_direct(entries, static_cast<std::size_t>(rows));
             if (direct == nullptr) {
@@ -479,6 +526,7 @@ private:
             throw;
         }
         for (const SequenceFeed& feed : feeds) {
+            if (recurrent_) recurrent_rollback_.after_pass(feed.slot, feed.tokens);
             cached_[feed.slot] += feed.tokens.size();
             check_positions(feed.slot, what);
         }
@@ -490,11 +538,30 @@ private:
     void roll_back(std::span<const SequenceFeed> feeds) {
         for (const SequenceFeed& feed : feeds) {
             const std::size_t slot = feed.slot;
+            if (recurrent_) {
+                try {
+                    roll_back_recurrent(slot, cached_[slot]);
+                } catch (const Error&) {  // failure_ says why
+                }
+                continue;
+            }
             if (!llama_memory_seq_rm(memory(), seq(slot), static_cast<llama_pos>(cached_[slot]), -1) ||
                 llama_memory_seq_pos_max(memory(), seq(slot)) != static_cast<llama_pos>(cached_[slot]) - 1) {
                 failure_ = "a failed pass left slot " + std::to_string(slot) +
                            " in a state that could not be rolled back to " + std::to_string(cached_[slot]) + " positions";
             }
+        }
+    }
+
+    // A recurrent slot back to its first n tokens (llama_cpp_recurrent.hpp);
+    // if that fails the cache's state is unknown and the model refuses
+    // every later call.
+    void roll_back_recurrent(std::size_t slot, std::size_t n) {
+        try {
+            recurrent_rollback_.truncate(context_.get(), *batch_, batch_capacity_, slot, n, name_);
+        } catch (const Error& error) {
+            failure_ = error.what();
+            throw;
         }
     }
 
@@ -608,6 +675,8 @@ private:
     std::size_t context_length_ = 0;
     std::size_t batch_capacity_ = 0;
     bool unified_cache_ = false;
+    bool recurrent_ = false;                          // rolls back by checkpoint and replay
+    llama_cpp::RecurrentRollback recurrent_rollback_;  // its checkpoints and the slots' tokens
     std::vector<std::size_t> cached_;  // positions per slot, kept here and checked against llama.cpp's memory
     std::vector<float> logits_;        // rows gathered from several decodes
     std::string name_;

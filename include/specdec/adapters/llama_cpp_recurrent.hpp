@@ -1,0 +1,205 @@
+#pragma once
+// Rolling back a llama.cpp model whose memory holds a recurrent state
+// (Mamba, RWKV; hybrids such as Jamba, Granite-H, Nemotron-H, LFM2, Qwen3.5).
+// Such a state is one value per sequence that every token overwrites, so
+// llama_memory_seq_rm cannot drop the last positions: the state before them
+// is gone. Speculative decoding rolls back after every rejected draft, so the
+// adapter keeps, per slot, a second llama.cpp sequence as a checkpoint:
+//
+//   checkpoint: llama_memory_seq_cp(slot -> checkpoint sequence). llama.cpp
+//     shares the state cell (and, in a unified cache, the attention cells)
+//     and copies the state only when the slot's next pass writes it, so a
+//     checkpoint costs a state copy inside that pass, no host transfer;
+//   rollback to n: drop the slot's sequence, copy the checkpoint back into
+//     it (the state at the checkpoint's position c <= n), then decode the
+//     slot's tokens c .. n - 1 again without outputs (the replay). Below the
+//     checkpoint the slot is cleared and all n tokens are replayed.
+//
+// Where checkpoints are taken decides only what a rollback replays, never its
+// result: before a pass that feeds more than one token (a verification pass,
+// a draft's catching up), before the first pass after a rollback, and when
+// the slot has none. A verification pass then rolls back to a checkpoint
+// just before it (replaying its last token and the accepted drafts), and a
+// draft that drafted one token per pass rolls back to the checkpoint before
+// its catching up (replaying that and its accepted drafts): one extra pass
+// of a few tokens per rolled-back step, not a replay of the whole text.
+//
+// So the slot's tokens must be known: they are kept here, per slot.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <llama.h>
+
+#include "specdec/adapters/llama_cpp_decode_status.hpp"
+#include "specdec/adapters/llama_cpp_rollback_probe.hpp"
+#include "specdec/adapters/llama_cpp_runtime.hpp"
+#include "specdec/core/error.hpp"
+#include "specdec/core/types.hpp"
+
+namespace specdec::llama_cpp {
+
+class RecurrentRollback {
+public:
+    RecurrentRollback() = default;
+    explicit RecurrentRollback(std::size_t slots) : slots_(slots) {}
+
+    // llama.cpp sequences a context needs: one per slot and one per checkpoint.
+    [[nodiscard]] static std::size_t sequences_needed(std::size_t slots) { return 2 * slots; }
+
+    // Before a pass that feeds `fed` tokens to `slot`: the checkpoint, where
+    // one is due (see the file comment).
+    void before_pass(llama_memory_t memory, std::size_t slot, std::size_t fed) {
+        Slot& s = slots_.at(slot);
+        if (!s.checkpoint_due && fed <= 1 && s.checkpoint) return;
+        if (s.checkpoint == s.tokens.size()) {
+            s.checkpoint_due = false;  // it already holds this state
+            return;
+        }
+        llama_memory_seq_rm(memory, checkpoint_seq(slot), -1, -1);
+        llama_memory_seq_cp(memory, seq(slot), checkpoint_seq(slot), -1, -1);
+        s.checkpoint = s.tokens.size();
+        s.checkpoint_due = false;
+    }
+
+    // After a pass that stored `tokens` in `slot`.
+    void after_pass(std::size_t slot, std::span<const Token> tokens) {
+        Slot& s = slots_.at(slot);
+        s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
+    }
+
+    // Brings `slot` to its first n tokens (n <= what it holds; after a
+    // failed pass, what it held before that pass): from the checkpoint where
+    // it is at or below n, else from nothing, replaying the rest in passes
+    // of at most `batch` tokens. Throws specdec::Error if llama.cpp refuses;
+    // the slot's state is then unknown.
+    void truncate(llama_context* context, llama_batch& batch, std::size_t batch_capacity, std::size_t slot,
+                  std::size_t n, const std::string& name) {
+        Slot& s = slots_.at(slot);
+        llama_memory_t memory = llama_get_memory(context);
+        if (!llama_memory_seq_rm(memory, seq(slot), -1, -1)) {
+            throw Error(name + ": llama.cpp refused to clear slot " + std::to_string(slot) + recent_errors_suffix());
+        }
+        std::size_t from = 0;
+        if (s.checkpoint && *s.checkpoint <= n) {
+            llama_memory_seq_cp(memory, checkpoint_seq(slot), seq(slot), -1, -1);
+            from = *s.checkpoint;
+        } else {
+            llama_memory_seq_rm(memory, checkpoint_seq(slot), -1, -1);
+            s.checkpoint.reset();
+        }
+        s.tokens.resize(n);
+        s.checkpoint_due = true;
+        if (llama_memory_seq_pos_max(memory, seq(slot)) != static_cast<llama_pos>(from) - 1) {
+            throw Error(name + ": restoring slot " + std::to_string(slot) + " from its checkpoint of " +
+                        std::to_string(from) + " positions left it at position " +
+                        std::to_string(llama_memory_seq_pos_max(memory, seq(slot))) + recent_errors_suffix());
+        }
+        replay(context, batch, batch_capacity, slot, from, name);
+    }
+
+    [[nodiscard]] std::size_t held(std::size_t slot) const { return slots_.at(slot).tokens.size(); }
+    [[nodiscard]] std::optional<std::size_t> checkpoint(std::size_t slot) const { return slots_.at(slot).checkpoint; }
+    // Tokens decoded again by rollbacks so far (every slot).
+    [[nodiscard]] std::size_t replayed_tokens() const { return replayed_; }
+
+    [[nodiscard]] llama_seq_id checkpoint_seq(std::size_t slot) const {
+        return static_cast<llama_seq_id>(slots_.size() + slot);
+    }
+
+private:
+    struct Slot {
+        std::vector<Token> tokens;              // the slot's cache, in order
+        std::optional<std::size_t> checkpoint;  // positions its checkpoint sequence holds (a prefix of tokens)
+        bool checkpoint_due = true;
+    };
+
+    [[nodiscard]] static llama_seq_id seq(std::size_t slot) { return static_cast<llama_seq_id>(slot); }
+
+    // Decodes the slot's tokens from `from` on, without outputs.
+    void replay(llama_context* context, llama_batch& batch, std::size_t batch_capacity, std::size_t slot,
+                std::size_t from, const std::string& name) {
+        const std::vector<Token>& tokens = slots_[slot].tokens;
+        for (std::size_t begin = from; begin < tokens.size(); begin += batch_capacity) {
+            const std::size_t end = std::min(tokens.size(), begin + batch_capacity);
+            batch.n_tokens = static_cast<std::int32_t>(end - begin);
+            for (std::size_t i = begin; i < end; ++i) {
+                const std::size_t j = i - begin;
+                batch.token[j] = tokens[i];
+                batch.pos[j] = static_cast<llama_pos>(i);
+                batch.n_seq_id[j] = 1;
+                batch.seq_id[j][0] = seq(slot);
+                batch.logits[j] = false;
+            }
+            if (const std::int32_t code = llama_decode(context, batch); code != 0) {
+                throw Error(name + ": replaying " + std::to_string(end - begin) + " tokens of slot " +
+                            std::to_string(slot) + " after a rollback failed: " + describe_decode_code(code) +
+                            recent_errors_suffix());
+            }
+            replayed_ += end - begin;
+        }
+    }
+
+    std::vector<Slot> slots_;
+    std::size_t replayed_ = 0;
+};
+
+// The construction-time experiment for a recurrent memory, as
+// probe_partial_rollback is for an attention cache: decode a token into
+// sequence 0, checkpoint it into `checkpoint`, decode a second token (its
+// row: x), restore the checkpoint and decode the second token again (its
+// row: y). The memory rolls back iff the restore leaves exactly position 0
+// and y equals x (up to rounding: the same computation on the same state).
+inline RollbackProbe probe_checkpoint_rollback(llama_context* context, llama_batch& batch, llama_seq_id checkpoint,
+                                               std::size_t vocab_size, llama_token token) {
+    llama_memory_t memory = llama_get_memory(context);
+    RollbackProbe result;
+    const auto decode_one = [&](llama_pos position, bool output) {
+        batch.n_tokens = 1;
+        batch.token[0] = token;
+        batch.pos[0] = position;
+        batch.n_seq_id[0] = 1;
+        batch.seq_id[0][0] = 0;
+        batch.logits[0] = output;
+        return llama_decode(context, batch) == 0;
+    };
+    const auto finish = [&](std::string reason) {
+        llama_memory_clear(memory, true);
+        result.reason = std::move(reason);
+        return result;
+    };
+    if (!decode_one(0, false)) return finish("decoding a probe token failed");
+    llama_memory_seq_cp(memory, 0, checkpoint, -1, -1);
+    if (!decode_one(1, true)) return finish("decoding a probe token after a checkpoint failed");
+    const float* row = llama_get_logits_ith(context, 0);
+    if (row == nullptr) return finish("llama.cpp returned no logits for the probe token");
+    const std::vector<float> first(row, row + vocab_size);
+    if (!llama_memory_seq_rm(memory, 0, -1, -1)) return finish("its memory refused to clear a sequence");
+    llama_memory_seq_cp(memory, checkpoint, 0, -1, -1);
+    if (const llama_pos last = llama_memory_seq_pos_max(memory, 0); last != 0) {
+        return finish("copying a checkpoint back left the sequence at position " + std::to_string(last) +
+                      " instead of 0");
+    }
+    if (!decode_one(1, true)) return finish("decoding after restoring a checkpoint failed");
+    row = llama_get_logits_ith(context, 0);
+    if (row == nullptr) return finish("llama.cpp returned no logits after restoring a checkpoint");
+    float largest = 0.0f, difference = 0.0f;
+    for (std::size_t i = 0; i < vocab_size; ++i) {
+        largest = std::max(largest, std::fabs(first[i]));
+        difference = std::max(difference, std::fabs(first[i] - row[i]));
+    }
+    if (!(difference <= 1e-4f * (1.0f + largest))) {
+        return finish("after restoring a checkpoint the same token gave other logits (largest difference " +
+                      std::to_string(difference) + "): the state was not restored");
+    }
+    result.partial_rollback = true;
+    llama_memory_clear(memory, true);
+    return result;
+}
+
+}  // namespace specdec::llama_cpp
