@@ -9,9 +9,10 @@
 # Installs the shared libraries (with the RPC backend), llama.h / ggml
 # headers and their CMake packages (so that `cmake -DCMAKE_PREFIX_PATH=PREFIX`
 # finds llama), and PREFIX/bin/ggml-rpc-server, the RPC backend's server. With
-# SPECDEC_LLAMA_EXAMPLES="llama-simple llama-speculative-simple ..." it also
-# builds those llama.cpp programs into PREFIX/bin (references for
-# comparisons; not needed by the adapter or its tests).
+# SPECDEC_LLAMA_EXAMPLES="llama-simple llama-speculative-simple llama-bench
+# llama-server ..." it also builds those llama.cpp programs (examples and
+# tools) into PREFIX/bin (references for comparisons; not needed by the
+# adapter or its tests).
 # A prefix that already holds this version is left as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,7 +63,8 @@ if [ ! -f "$stamp" ]; then
 fi
 
 if [ -n "${SPECDEC_LLAMA_EXAMPLES:-}" ]; then
-  cmake -S "$work/src" -B "$work/build" -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_EXAMPLES=ON >/dev/null
+  cmake -S "$work/src" -B "$work/build" -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON \
+    -DLLAMA_BUILD_SERVER=ON >/dev/null
   read -r -a examples <<<"$SPECDEC_LLAMA_EXAMPLES"
   cmake --build "$work/build" -j"$jobs" --target "${examples[@]}"
   for example in "${examples[@]}"; do cp "$work/build/bin/$example" "$prefix/bin/"; done
