@@ -1,9 +1,11 @@
 #pragma once
 // Tiny recurrent models as GGUF files that llama.cpp loads, written by the
 // tests themselves (no fixture file): llama.cpp's "mamba" architecture (every
-// layer a Mamba block: a recurrent state only) and its "jamba" architecture
+// layer a Mamba block: a recurrent state only), its "jamba" architecture
 // (Mamba blocks and attention layers: a recurrent state and a KV cache, a
-// hybrid memory). Seeded random weights at scales that keep the activations
+// hybrid memory) and "lfm2" (short convolutions and attention layers with
+// RoPE: a hybrid whose recurrent state llama.cpp can also roll back itself
+// within a pass, n_rs_seq). Seeded random weights at scales that keep the activations
 // of a few layers in a sane range, and the synthetic SentencePiece-style
 // vocabulary of specdec-bench's exporter. A draft is the same model with
 // noise added to every matrix, so that it agrees with its target often but
@@ -22,7 +24,7 @@
 
 namespace specdec::test::llama_cpp {
 
-enum class RecurrentArchitecture { mamba, jamba };
+enum class RecurrentArchitecture { mamba, jamba, lfm2 };
 
 struct TinyRecurrentModel {
     RecurrentArchitecture architecture = RecurrentArchitecture::mamba;
@@ -30,13 +32,14 @@ struct TinyRecurrentModel {
     double noise = 0.0;            // a draft: N(0, noise^2) added to every matrix entry, from seed + 1
     std::size_t vocab_size = 320;  // at least the synthetic vocabulary's 260 reserved tokens
     std::size_t embedding = 32;    // Mamba blocks expand by 2: inner size 64
-    std::size_t layers = 2;        // jamba: Mamba blocks at even layers, attention at odd ones
+    std::size_t layers = 2;        // jamba, lfm2: recurrent blocks at even layers, attention at odd ones
     std::size_t context = 256;
 };
 
 inline void write_tiny_recurrent_gguf(const TinyRecurrentModel& spec, const std::filesystem::path& path) {
     const bool jamba = spec.architecture == RecurrentArchitecture::jamba;
-    const std::string arch = jamba ? "jamba" : "mamba";
+    const bool lfm2 = spec.architecture == RecurrentArchitecture::lfm2;
+    const std::string arch = jamba ? "jamba" : lfm2 ? "lfm2" : "mamba";
     const std::size_t embd = spec.embedding, inner = 2 * embd, state = 8, conv = 4, dt_rank = 4;
     const std::size_t heads = 4, kv_heads = 2, head_dim = embd / heads, ff = 2 * embd;
     std::mt19937_64 rng(spec.seed), noise_rng(spec.seed + 1);
@@ -54,7 +57,11 @@ inline void write_tiny_recurrent_gguf(const TinyRecurrentModel& spec, const std:
     writer.add_uint32(arch + ".ssm.state_size", u32(state));
     writer.add_uint32(arch + ".ssm.time_step_rank", u32(dt_rank));
     writer.add_float32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
-    if (jamba) {
+    if (lfm2) {
+        writer.add_uint32(arch + ".shortconv.l_cache", 3);
+        writer.add_float32(arch + ".rope.freq_base", 10000.0f);
+    }
+    if (jamba || lfm2) {
         std::vector<std::int32_t> kv(spec.layers);
         for (std::size_t i = 0; i < spec.layers; ++i) kv[i] = i % 2 == 1 ? static_cast<std::int32_t>(kv_heads) : 0;
         writer.add_uint32(arch + ".attention.head_count", u32(heads));
@@ -88,7 +95,11 @@ inline void write_tiny_recurrent_gguf(const TinyRecurrentModel& spec, const std:
     for (std::size_t i = 0; i < spec.layers; ++i) {
         const std::string p = "blk." + std::to_string(i) + ".";
         constant(p + "attn_norm.weight", {embd}, 1.0f);
-        if (!jamba || i % 2 == 0) {
+        if (lfm2 && i % 2 == 0) {
+            random(p + "shortconv.conv.weight", 3, embd, 0.5f);
+            random(p + "shortconv.in_proj.weight", embd, 3 * embd, over_sqrt(embd));
+            random(p + "shortconv.out_proj.weight", embd, embd, over_sqrt(embd));
+        } else if (!(jamba || lfm2) || i % 2 == 0) {
             random(p + "ssm_in.weight", embd, 2 * inner, over_sqrt(embd));
             random(p + "ssm_conv1d.weight", conv, inner, 0.5f);
             constant(p + "ssm_conv1d.bias", {inner}, 0.0f);
@@ -107,19 +118,23 @@ inline void write_tiny_recurrent_gguf(const TinyRecurrentModel& spec, const std:
                 constant(p + "ssm_c_norm.weight", {state}, 1.0f);
             }
         } else {
+            if (lfm2) {
+                constant(p + "attn_q_norm.weight", {head_dim}, 1.0f);
+                constant(p + "attn_k_norm.weight", {head_dim}, 1.0f);
+            }
             random(p + "attn_q.weight", embd, embd, over_sqrt(embd));
             random(p + "attn_k.weight", embd, kv_heads * head_dim, over_sqrt(embd));
             random(p + "attn_v.weight", embd, kv_heads * head_dim, over_sqrt(embd));
             random(p + "attn_output.weight", embd, embd, over_sqrt(embd));
         }
-        if (jamba) {
+        if (jamba || lfm2) {
             constant(p + "ffn_norm.weight", {embd}, 1.0f);
             random(p + "ffn_gate.weight", embd, ff, over_sqrt(embd));
             random(p + "ffn_up.weight", embd, ff, over_sqrt(embd));
             random(p + "ffn_down.weight", ff, embd, over_sqrt(ff));
         }
     }
-    constant("output_norm.weight", {embd}, 1.0f);
+    constant(lfm2 ? "token_embd_norm.weight" : "output_norm.weight", {embd}, 1.0f);
     random("output.weight", embd, spec.vocab_size, 2.0f * over_sqrt(embd));
     writer.write(path);
 }

@@ -3,7 +3,9 @@
 // back by restoring a checkpoint sequence and replaying tokens
 // (llama_cpp_recurrent.hpp). Tested on tiny models the test writes itself
 // (llama_cpp_recurrent_models.hpp): llama.cpp's "mamba" (recurrent state
-// only) and "jamba" (Mamba blocks and attention layers: a hybrid memory).
+// only), "jamba" (Mamba blocks and attention layers: a hybrid memory) and
+// "lfm2" (short convolutions and attention), the last also with llama.cpp's
+// own rollback within a pass (LlamaCppOptions::recurrent_snapshots).
 //  - a rollback leaves the rows a fresh pass over the kept tokens gives, at,
 //    above and below the checkpoint, and in one slot of several;
 //  - greedy decoding (autoregressive, speculative, batched over 3 sequences)
@@ -36,9 +38,33 @@ using specdec::Token;
 namespace support = specdec::test::llama_cpp;
 using support::RecurrentArchitecture;
 
+const char* name_of(RecurrentArchitecture architecture) {
+    switch (architecture) {
+        case RecurrentArchitecture::mamba: return "mamba";
+        case RecurrentArchitecture::jamba: return "jamba";
+        case RecurrentArchitecture::lfm2: return "lfm2";
+    }
+    return "?";
+}
+
+// An architecture, and the snapshots asked of llama.cpp (0: checkpoints and replay only).
+struct Case {
+    RecurrentArchitecture architecture;
+    std::size_t snapshots;
+};
+constexpr Case kCases[] = {{RecurrentArchitecture::mamba, 0},
+                           {RecurrentArchitecture::jamba, 0},
+                           {RecurrentArchitecture::lfm2, 0},
+                           {RecurrentArchitecture::lfm2, 4}};
+
+specdec::LlamaCppOptions options_for(const Case& c, std::size_t sequences = 1, std::size_t context = 256) {
+    specdec::LlamaCppOptions options = support::small_options(sequences, context);
+    options.recurrent_snapshots = c.snapshots;
+    return options;
+}
+
 struct RecurrentPair {
-    explicit RecurrentPair(RecurrentArchitecture architecture, double draft_noise = 0.08)
-        : folder(architecture == RecurrentArchitecture::mamba ? "mamba" : "jamba") {
+    explicit RecurrentPair(RecurrentArchitecture architecture, double draft_noise = 0.08) : folder(name_of(architecture)) {
         support::write_tiny_recurrent_gguf({.architecture = architecture, .seed = 11}, target);
         support::write_tiny_recurrent_gguf({.architecture = architecture, .seed = 11, .noise = draft_noise}, draft);
     }
@@ -46,10 +72,6 @@ struct RecurrentPair {
     std::filesystem::path target = folder.path() / "target.gguf";
     std::filesystem::path draft = folder.path() / "draft.gguf";
 };
-
-const char* name_of(RecurrentArchitecture architecture) {
-    return architecture == RecurrentArchitecture::mamba ? "mamba" : "jamba";
-}
 
 std::vector<float> copy_row(const LogitsView& rows, std::size_t r) {
     const auto row = rows.row(r);
@@ -131,18 +153,21 @@ specdec::test::ExactnessSetup setup_for(Window& target, const SamplingOptions& s
 TEST_CASE("llama.cpp adapter: a recurrent or hybrid model rolls back to the rows of a fresh pass, at, above and below "
           "its checkpoint and per slot",
           "[llama_cpp][recurrent]") {
-    for (const RecurrentArchitecture architecture : {RecurrentArchitecture::mamba, RecurrentArchitecture::jamba}) {
-        INFO(name_of(architecture));
-        RecurrentPair files(architecture);
+    for (const Case& c : kCases) {
+        INFO(name_of(c.architecture) << ", snapshots " << c.snapshots);
+        RecurrentPair files(c.architecture);
         const std::vector<Token> text{1, 300, 301, 302, 303, 304, 305, 306, 307};
-        LlamaCppModel model = LlamaCppModel::load(files.target.string(), support::small_options(2));
+        LlamaCppModel model = LlamaCppModel::load(files.target.string(), options_for(c, 2));
         REQUIRE(model.rolls_back_by_replay());
+        REQUIRE(model.recurrent_snapshots() == c.snapshots);
         const std::vector<Token> head(text.begin(), text.begin() + 4);
         const std::vector<Token> tail(text.begin() + 4, text.end());
         model.forward(head);
         model.forward(tail);  // a checkpoint before this pass, at 4 positions
-        // Above the checkpoint: back to 6 positions, then a token other than text[6].
+        // Above the checkpoint: back to 6 positions, then a token other than
+        // text[6] (with snapshots: llama.cpp's own rollback within the pass).
         model.truncate(6);
+        CHECK(model.snapshot_rollbacks() == (c.snapshots > 0 ? 1u : 0u));
         CHECK(model.cached_tokens() == 6);
         const std::vector<float> above = copy_row(model.forward(std::vector<Token>{310}), 0);
         std::vector<Token> expected(text.begin(), text.begin() + 6);
@@ -160,6 +185,15 @@ TEST_CASE("llama.cpp adapter: a recurrent or hybrid model rolls back to the rows
         const std::vector<float> below = copy_row(model.forward(std::vector<Token>{314}), 0);
         CHECK(largest_difference(below, fresh_last_row(files.target, {text[0], text[1], 314})) < 1e-3f);
         CHECK(model.replayed_tokens() > 0);
+        // Two rollbacks before the next pass: llama.cpp's snapshots serve one
+        // only, the second restores the checkpoint.
+        model.forward(std::vector<Token>{315, 315, 315});
+        const std::size_t own_before = model.snapshot_rollbacks();
+        model.truncate(5);
+        model.truncate(4);
+        CHECK(model.snapshot_rollbacks() - own_before == (c.snapshots > 0 ? 1u : 0u));
+        CHECK(largest_difference(copy_row(model.forward(std::vector<Token>{316}), 0),
+                                 fresh_last_row(files.target, {text[0], text[1], 314, 315, 316})) < 1e-3f);
 
         // Per slot: slot 1 rolls back inside a batch pass, slot 0 is untouched.
         model.truncate(0, 0);
@@ -181,14 +215,14 @@ TEST_CASE("llama.cpp adapter: a recurrent or hybrid model rolls back to the rows
 
 TEST_CASE("llama.cpp adapter: greedy decoders on a recurrent and a hybrid model equal a plain llama.h greedy loop",
           "[llama_cpp][recurrent][greedy]") {
-    for (const RecurrentArchitecture architecture : {RecurrentArchitecture::mamba, RecurrentArchitecture::jamba}) {
-        INFO(name_of(architecture));
-        RecurrentPair files(architecture);
+    for (const Case& c : kCases) {
+        INFO(name_of(c.architecture) << ", snapshots " << c.snapshots);
+        RecurrentPair files(c.architecture);
         const std::vector<Token> prompt{1, 300, 305, 310};
         const std::size_t n = 40;
         const std::vector<Token> expected = support::plain_greedy(files.target, prompt, n);
-        LlamaCppModel target = LlamaCppModel::load(files.target.string(), support::small_options());
-        LlamaCppModel draft = LlamaCppModel::load(files.draft.string(), support::small_options());
+        LlamaCppModel target = LlamaCppModel::load(files.target.string(), options_for(c));
+        LlamaCppModel draft = LlamaCppModel::load(files.draft.string(), options_for(c));
         specdec::check_same_vocabulary(target, draft);
         {
             INFO("autoregressive");
@@ -197,19 +231,25 @@ TEST_CASE("llama.cpp adapter: greedy decoders on a recurrent and a hybrid model 
         }
         for (const std::size_t k : {1, 3, 6}) {
             INFO("speculative, k = " << k);
-            const std::size_t replayed_before = target.replayed_tokens() + draft.replayed_tokens();
+            const auto rollbacks = [&] {
+                return target.replayed_tokens() + draft.replayed_tokens() + target.snapshot_rollbacks() +
+                       draft.snapshot_rollbacks();
+            };
+            const std::size_t rollbacks_before = rollbacks();
             specdec::SpeculativeDecoder<LlamaCppModel, LlamaCppModel> decoder(specdec::target(target), specdec::draft(draft),
                                                                               greedy_options(target, n, k));
             const specdec::GenerationResult result = decoder.generate(prompt);
             CHECK(result.tokens == expected);
             CHECK(result.stats.draft_tokens_accepted > 0);
             CHECK(result.stats.draft_tokens_accepted < result.stats.draft_tokens_proposed);  // rollbacks happened
-            CHECK(target.replayed_tokens() + draft.replayed_tokens() > replayed_before);
+            CHECK(rollbacks() > rollbacks_before);
         }
+        // With snapshots the target's verification passes roll back without a replay.
+        CHECK((target.snapshot_rollbacks() > 0) == (c.snapshots > 0));
         {
             INFO("batched over 3 sequences");
-            LlamaCppModel targets = LlamaCppModel::load(files.target.string(), support::small_options(3));
-            LlamaCppModel drafts = LlamaCppModel::load(files.draft.string(), support::small_options(3));
+            LlamaCppModel targets = LlamaCppModel::load(files.target.string(), options_for(c, 3));
+            LlamaCppModel drafts = LlamaCppModel::load(files.draft.string(), options_for(c, 3));
             specdec::BatchedDecoder<LlamaCppModel, LlamaCppModel> decoder(specdec::target(targets), specdec::draft(drafts));
             std::size_t submitted = 0, finished = 0;
             while (submitted < 3 || !decoder.idle()) {
@@ -233,11 +273,12 @@ TEST_CASE("llama.cpp adapter: greedy decoders on a recurrent and a hybrid model 
 TEST_CASE("llama.cpp adapter: speculative sampling on a recurrent and a hybrid model passes the sequence chi-square "
           "with every draft position reached, and a rollback that replays a wrong token is caught",
           "[llama_cpp][recurrent][exactness]") {
-    for (const RecurrentArchitecture architecture : {RecurrentArchitecture::mamba, RecurrentArchitecture::jamba}) {
-        INFO(name_of(architecture));
-        RecurrentPair files(architecture, 0.1);
-        LlamaCppModel target = LlamaCppModel::load(files.target.string(), support::small_options(1, 64));
-        LlamaCppModel draft = LlamaCppModel::load(files.draft.string(), support::small_options(1, 64));
+    for (const Case& c : kCases) {
+        const std::string name = std::string(name_of(c.architecture)) + ", snapshots " + std::to_string(c.snapshots);
+        INFO(name);
+        RecurrentPair files(c.architecture, 0.1);
+        LlamaCppModel target = LlamaCppModel::load(files.target.string(), options_for(c, 1, 64));
+        LlamaCppModel draft = LlamaCppModel::load(files.draft.string(), options_for(c, 1, 64));
         Window target_window{target, kWindowStart, kWindow};
         Window draft_window{draft, kWindowStart, kWindow};
         const SamplingOptions sampling{.temperature = 1.0};
@@ -245,20 +286,20 @@ TEST_CASE("llama.cpp adapter: speculative sampling on a recurrent and a hybrid m
                                       .max_new_tokens = kDraftTokens + 1};
         {
             const auto setup = setup_for(target_window, sampling,
-                                         std::string("llama.cpp adapter, ") + name_of(architecture) + ", token-wise, k 3",
+                                         "llama.cpp adapter, " + name + ", token-wise, k 3",
                                          kSamples);
             const auto report = specdec::test::run_exactness(
                 setup, specdec::test::speculative_runner(target_window, draft_window, options, setup.prompt));
             specdec::test::check_exact(report, kDraftTokens);
             for (std::size_t i = 0; i < kDraftTokens; ++i) CHECK(report.accepted[i] > 0);
-            CHECK(target.replayed_tokens() > 0);
             CHECK(draft.replayed_tokens() > 0);
+            if (c.snapshots == 0) CHECK(target.replayed_tokens() > 0);
+            else CHECK(target.snapshot_rollbacks() > 0);
         }
         {
             WrongReplay buggy(target_window);
             const auto setup = setup_for(target_window, sampling,
-                                         std::string("negative control, ") + name_of(architecture) +
-                                             ": a replay of a wrong token",
+                                         "negative control, " + name + ": a replay of a wrong token",
                                          kControlSamples);
             const auto report = specdec::test::run_exactness(
                 setup, specdec::test::speculative_runner(buggy, draft_window, options, setup.prompt));

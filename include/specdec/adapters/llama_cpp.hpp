@@ -71,6 +71,14 @@ struct LlamaCppOptions {
     // all sequences (masked), dearer the more the others hold. docs/llama_cpp.md
     // has the measurements.
     bool unified_cache = false;
+    // A recurrent or hybrid model (docs/llama_cpp.md#recurrent-and-hybrid-models)
+    // whose architecture llama.cpp can roll back within a pass (its
+    // experimental n_rs_seq; LFM2, Nemotron-H, Qwen3.5, ...): keep the states
+    // after each of a pass's last N tokens, so that a verification pass rolls
+    // back without a replay. Costs N more copies of the recurrent state per
+    // sequence. 0: checkpoints and replay only. Other architectures get 0
+    // (recurrent_snapshots() says what llama.cpp granted).
+    std::size_t recurrent_snapshots = 0;
 };
 
 class LlamaCppModel {
@@ -117,6 +125,7 @@ public:
             unified_cache_ = other.unified_cache_;
             recurrent_ = other.recurrent_;
             recurrent_rollback_ = std::move(other.recurrent_rollback_);
+            snapshots_ = other.snapshots_;
             cached_ = std::move(other.cached_);
             logits_ = std::move(other.logits_);
             name_ = std::move(other.name_);
@@ -162,7 +171,7 @@ public:
         }
         if (n == cached_[slot]) return;
         if (recurrent_) {
-            roll_back_recurrent(slot, n);
+            roll_back_recurrent(slot, n, snapshots_);
             cached_[slot] = n;
             check_positions(slot, "truncate");
             return;
@@ -187,6 +196,11 @@ public:
     // have replayed so far.
     [[nodiscard]] bool rolls_back_by_replay() const { return recurrent_; }
     [[nodiscard]] std::size_t replayed_tokens() const { return recurrent_rollback_.replayed_tokens(); }
+    // The states llama.cpp keeps per pass for its own rollback
+    // (LlamaCppOptions::recurrent_snapshots, as granted), and the rollbacks
+    // it did so, without a replay.
+    [[nodiscard]] std::size_t recurrent_snapshots() const { return snapshots_; }
+    [[nodiscard]] std::size_t snapshot_rollbacks() const { return recurrent_rollback_.snapshot_rollbacks(); }
 
     // --- llama.cpp specifics ---
     // The file name and the architecture, e.g. "stories260K.gguf (llama)".
@@ -346,6 +360,7 @@ private:
         params.n_batch = static_cast<std::uint32_t>(batch);
         params.n_ubatch = static_cast<std::uint32_t>(ubatch);
         params.n_seq_max = static_cast<std::uint32_t>(llama_sequences);
+        params.n_rs_seq = static_cast<std::uint32_t>(recurrent_ ? options.recurrent_snapshots : 0);
         // Every token of a pass may be an output (a verification pass needs
         // them all), and all of them may belong to one sequence.
         params.n_outputs_max = static_cast<std::uint32_t>(batch);
@@ -374,6 +389,7 @@ private:
         batch_.reset(new llama_batch(llama_batch_init(static_cast<std::int32_t>(batch_capacity_), 0, 1)));
         cached_.assign(options.sequences, 0);
         if (recurrent_) recurrent_rollback_ = llama_cpp::RecurrentRollback(options.sequences);
+        snapshots_ = recurrent_ ? llama_n_rs_seq(context_.get()) : 0;
         refuse_without_partial_rollback();
     }
 
@@ -418,6 +434,15 @@ private:
         if (!probe.partial_rollback) {
             throw Error(name_ + " cannot serve speculative decoding: its cache cannot be rolled back to an earlier position (" +
                         probe.reason + ")" + llama_cpp::recent_errors_suffix());
+        }
+        if (snapshots_ > 0) {
+            const llama_cpp::RollbackProbe own = llama_cpp::probe_snapshot_rollback(
+                context_.get(), *batch_, vocab_size_, bos != LLAMA_TOKEN_NULL ? bos : 0, static_cast<llama_token>(vocab_size_ - 1));
+            if (!own.partial_rollback) {
+                throw Error(name_ + ": LlamaCppOptions::recurrent_snapshots " + std::to_string(snapshots_) +
+                            ": llama.cpp's own rollback fails its probe (" + own.reason +
+                            "); set it to 0 to roll back by checkpoint and replay" + llama_cpp::recent_errors_suffix());
+            }
         }
     }
 
@@ -526,7 +551,7 @@ private:
             throw;
         }
         for (const SequenceFeed& feed : feeds) {
-            if (recurrent_) recurrent_rollback_.after_pass(feed.slot, feed.tokens);
+            if (recurrent_) recurrent_rollback_.after_pass(feed.slot, feed.tokens, entries.size() <= batch_capacity_);
             cached_[feed.slot] += feed.tokens.size();
             check_positions(feed.slot, what);
         }
@@ -540,7 +565,7 @@ private:
             const std::size_t slot = feed.slot;
             if (recurrent_) {
                 try {
-                    roll_back_recurrent(slot, cached_[slot]);
+                    roll_back_recurrent(slot, cached_[slot], 0);  // the failed pass's states are no snapshots
                 } catch (const Error&) {  // failure_ says why
                 }
                 continue;
@@ -556,9 +581,9 @@ private:
     // A recurrent slot back to its first n tokens (llama_cpp_recurrent.hpp);
     // if that fails the cache's state is unknown and the model refuses
     // every later call.
-    void roll_back_recurrent(std::size_t slot, std::size_t n) {
+    void roll_back_recurrent(std::size_t slot, std::size_t n, std::size_t snapshots) {
         try {
-            recurrent_rollback_.truncate(context_.get(), *batch_, batch_capacity_, slot, n, name_);
+            recurrent_rollback_.truncate(context_.get(), *batch_, batch_capacity_, slot, n, snapshots, name_);
         } catch (const Error& error) {
             failure_ = error.what();
             throw;
@@ -677,6 +702,7 @@ private:
     bool unified_cache_ = false;
     bool recurrent_ = false;                          // rolls back by checkpoint and replay
     llama_cpp::RecurrentRollback recurrent_rollback_;  // its checkpoints and the slots' tokens
+    std::size_t snapshots_ = 0;                       // llama.cpp's n_rs_seq as granted
     std::vector<std::size_t> cached_;  // positions per slot, kept here and checked against llama.cpp's memory
     std::vector<float> logits_;        // rows gathered from several decodes
     std::string name_;

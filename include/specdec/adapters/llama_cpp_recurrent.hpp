@@ -25,6 +25,16 @@
 // of a few tokens per rolled-back step, not a replay of the whole text.
 //
 // So the slot's tokens must be known: they are kept here, per slot.
+//
+// Some architectures llama.cpp can also roll back itself, within a pass
+// (n_rs_seq, "recurrent snapshots": the states after each of a pass's last N
+// tokens are kept). Where the context has them, a rollback of at most N
+// tokens, all from the slot's last pass and the first since a rollback,
+// is llama_memory_seq_rm, with no replay; anything else falls back to the
+// checkpoint. Until the next pass the rolled-back state lives in a
+// snapshot, so no checkpoint is taken then: through a run of such
+// rollbacks the checkpoint stays where it was, and a rollback past the
+// snapshots replays from there.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -56,6 +66,10 @@ public:
     // one is due (see the file comment).
     void before_pass(llama_memory_t memory, std::size_t slot, std::size_t fed) {
         Slot& s = slots_.at(slot);
+        // After llama.cpp's own rollback the state sits in a snapshot until
+        // the next pass reads it: a copy now would checkpoint the state
+        // before that rollback. The older checkpoint stays (at or below it).
+        if (s.snapshot_pending) return;
         if (!s.checkpoint_due && fed <= 1 && s.checkpoint) return;
         if (s.checkpoint == s.tokens.size()) {
             s.checkpoint_due = false;  // it already holds this state
@@ -67,21 +81,38 @@ public:
         s.checkpoint_due = false;
     }
 
-    // After a pass that stored `tokens` in `slot`.
-    void after_pass(std::size_t slot, std::span<const Token> tokens) {
+    // After a pass that stored `tokens` in `slot`; one_decode: all of them in
+    // one llama_decode (llama.cpp's snapshots cover only a call's last tokens).
+    void after_pass(std::size_t slot, std::span<const Token> tokens, bool one_decode) {
         Slot& s = slots_.at(slot);
         s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
+        s.last_pass = one_decode ? tokens.size() : 0;
+        s.snapshot_pending = false;
     }
 
     // Brings `slot` to its first n tokens (n <= what it holds; after a
-    // failed pass, what it held before that pass): from the checkpoint where
-    // it is at or below n, else from nothing, replaying the rest in passes
-    // of at most `batch` tokens. Throws specdec::Error if llama.cpp refuses;
-    // the slot's state is then unknown.
+    // failed pass, what it held before that pass, with snapshots = 0): by
+    // llama.cpp's own rollback where the context keeps `snapshots` states a
+    // pass and the tokens to drop all came from the slot's last pass; else
+    // from the checkpoint where it is at or below n, else from nothing,
+    // replaying the rest in passes of at most `batch` tokens. Throws
+    // specdec::Error if llama.cpp refuses; the slot's state is then unknown.
     void truncate(llama_context* context, llama_batch& batch, std::size_t batch_capacity, std::size_t slot,
-                  std::size_t n, const std::string& name) {
+                  std::size_t n, std::size_t snapshots, const std::string& name) {
         Slot& s = slots_.at(slot);
         llama_memory_t memory = llama_get_memory(context);
+        const std::size_t back = s.tokens.size() - n;
+        const bool within_last_pass = back <= s.last_pass && back <= snapshots && n > 0;
+        s.last_pass = 0;  // a second rollback before the next pass has no snapshots left
+        // A refused removal leaves the memory as it was (llama.cpp checks before it changes anything).
+        if (within_last_pass && llama_memory_seq_rm(memory, seq(slot), static_cast<llama_pos>(n), -1)) {
+            s.tokens.resize(n);
+            s.checkpoint_due = true;
+            s.snapshot_pending = true;
+            ++native_;
+            return;
+        }
+        s.snapshot_pending = false;  // dropping the sequence below clears a pending one too
         if (!llama_memory_seq_rm(memory, seq(slot), -1, -1)) {
             throw Error(name + ": llama.cpp refused to clear slot " + std::to_string(slot) + recent_errors_suffix());
         }
@@ -105,8 +136,10 @@ public:
 
     [[nodiscard]] std::size_t held(std::size_t slot) const { return slots_.at(slot).tokens.size(); }
     [[nodiscard]] std::optional<std::size_t> checkpoint(std::size_t slot) const { return slots_.at(slot).checkpoint; }
-    // Tokens decoded again by rollbacks so far (every slot).
+    // Tokens decoded again by rollbacks so far (every slot), and the
+    // rollbacks llama.cpp did itself (snapshots).
     [[nodiscard]] std::size_t replayed_tokens() const { return replayed_; }
+    [[nodiscard]] std::size_t snapshot_rollbacks() const { return native_; }
 
     [[nodiscard]] llama_seq_id checkpoint_seq(std::size_t slot) const {
         return static_cast<llama_seq_id>(slots_.size() + slot);
@@ -117,6 +150,8 @@ private:
         std::vector<Token> tokens;              // the slot's cache, in order
         std::optional<std::size_t> checkpoint;  // positions its checkpoint sequence holds (a prefix of tokens)
         bool checkpoint_due = true;
+        std::size_t last_pass = 0;      // tokens of the slot's last pass, 0 once rolled back since
+        bool snapshot_pending = false;  // rolled back by llama.cpp, no pass since
     };
 
     [[nodiscard]] static llama_seq_id seq(std::size_t slot) { return static_cast<llama_seq_id>(slot); }
@@ -146,7 +181,7 @@ private:
     }
 
     std::vector<Slot> slots_;
-    std::size_t replayed_ = 0;
+    std::size_t replayed_ = 0, native_ = 0;
 };
 
 // The construction-time experiment for a recurrent memory, as
@@ -196,6 +231,59 @@ inline RollbackProbe probe_checkpoint_rollback(llama_context* context, llama_bat
     if (!(difference <= 1e-4f * (1.0f + largest))) {
         return finish("after restoring a checkpoint the same token gave other logits (largest difference " +
                       std::to_string(difference) + "): the state was not restored");
+    }
+    result.partial_rollback = true;
+    llama_memory_clear(memory, true);
+    return result;
+}
+
+// The experiment for llama.cpp's own rollback (snapshots): decode three
+// tokens in one pass, roll back to one, decode another token (its row: x);
+// then, fresh, the first token and that other one (row: y). It works iff the
+// removal is accepted, leaves exactly position 0 and y equals x.
+inline RollbackProbe probe_snapshot_rollback(llama_context* context, llama_batch& batch, std::size_t vocab_size,
+                                             llama_token token, llama_token other) {
+    llama_memory_t memory = llama_get_memory(context);
+    RollbackProbe result;
+    const auto decode = [&](std::span<const llama_token> tokens, llama_pos first) {
+        batch.n_tokens = static_cast<std::int32_t>(tokens.size());
+        for (std::size_t i = 0; i < tokens.size(); ++i) {
+            batch.token[i] = tokens[i];
+            batch.pos[i] = first + static_cast<llama_pos>(i);
+            batch.n_seq_id[i] = 1;
+            batch.seq_id[i][0] = 0;
+            batch.logits[i] = i + 1 == tokens.size();
+        }
+        return llama_decode(context, batch) == 0;
+    };
+    const auto finish = [&](std::string reason) {
+        llama_memory_clear(memory, true);
+        result.reason = std::move(reason);
+        return result;
+    };
+    const llama_token three[] = {token, token, token};
+    if (!decode(three, 0)) return finish("decoding three probe tokens failed");
+    if (!llama_memory_seq_rm(memory, 0, 1, -1)) return finish("its memory refused to drop the last two of three positions");
+    if (const llama_pos last = llama_memory_seq_pos_max(memory, 0); last != 0) {
+        return finish("dropping the last two of three positions left position " + std::to_string(last));
+    }
+    if (!decode(std::span<const llama_token>(&other, 1), 1)) return finish("decoding after the rollback failed");
+    const float* row = llama_get_logits_ith(context, -1);
+    if (row == nullptr) return finish("llama.cpp returned no logits after the rollback");
+    const std::vector<float> rolled_back(row, row + vocab_size);
+    llama_memory_clear(memory, true);
+    const llama_token fresh[] = {token, other};
+    if (!decode(fresh, 0)) return finish("decoding two probe tokens failed");
+    row = llama_get_logits_ith(context, -1);
+    if (row == nullptr) return finish("llama.cpp returned no logits for the probe tokens");
+    float largest = 0.0f, difference = 0.0f;
+    for (std::size_t i = 0; i < vocab_size; ++i) {
+        largest = std::max(largest, std::fabs(row[i]));
+        difference = std::max(difference, std::fabs(rolled_back[i] - row[i]));
+    }
+    if (!(difference <= 1e-3f * (1.0f + largest))) {
+        return finish("after its rollback the next token gave other logits than a fresh pass (largest difference " +
+                      std::to_string(difference) + ")");
     }
     result.partial_rollback = true;
     llama_memory_clear(memory, true);
