@@ -66,6 +66,8 @@ struct Options {
     bool draft_max_given = false;
     std::size_t threads = 0;
     std::size_t context = 0;
+    std::size_t recurrent_snapshots = 0;  // --engine llama.cpp: LlamaCppOptions::recurrent_snapshots
+    bool recurrent_snapshots_given = false;
     std::size_t lookup_min = 1;
     std::size_t lookup_max = 3;
     bool ignore_eos = false;
@@ -179,6 +181,14 @@ const std::vector<GenerateFlag>& generate_flags() {
          "what runs the models: specdec's own CPU models (default), or llama.cpp\n"
          "through specdec's adapter (specdec still drafts, verifies and samples)",
          [](Options& o, V f, V v) { o.engine = cli::parse_engine(f, v); }},
+        {{"--recurrent-snapshots"}, "N",
+         "--engine llama.cpp, a recurrent or hybrid model that llama.cpp can roll back\n"
+         "within a pass (LFM2, Nemotron-H, Qwen3.5, ...): keep N states a pass, so that a\n"
+         "verification pass rolls back without a replay (default 0: checkpoint and replay)",
+         [](Options& o, V f, V v) {
+             o.recurrent_snapshots = parse_number<std::size_t>(f, v);
+             o.recurrent_snapshots_given = true;
+         }},
         {{"--ignore-eos"}, "", "do not stop at the end-of-sequence token", [](Options& o, V, V) { o.ignore_eos = true; }},
         {{"--autoregressive"}, "", "decode with the target alone (the baseline)",
          [](Options& o, V, V) { o.autoregressive = true; }},
@@ -204,6 +214,8 @@ Options parse(int argc, char** argv) {
     if (o.target.empty()) throw UsageError("no target model: expected -m TARGET.gguf");
     if (o.prompt.empty()) throw UsageError("no prompt: expected -p TEXT");
     if (o.auto_length && !o.draft_max_given) o.draft_tokens = 8;
+    if (o.recurrent_snapshots_given && o.engine != cli::Engine::llama_cpp)
+        throw UsageError("--recurrent-snapshots is a setting of llama.cpp's memory: expected --engine llama.cpp");
     if (o.autoregressive && o.check_autoregressive) throw UsageError("--autoregressive and --check-autoregressive exclude each other");
     if (o.check_autoregressive && o.temperature != 0.0)
         throw UsageError("--check-autoregressive compares token for token, which only greedy decoding guarantees: expected --temp 0");
@@ -398,6 +410,7 @@ int run_llama_cpp(const Options& o) {
     model_options.context = o.context;  // 0: the model's trained context, at most 4096 (the adapter's default)
     model_options.threads = static_cast<int>(o.threads != 0 ? o.threads : hardware);
     model_options.threads_batch = model_options.threads;
+    model_options.recurrent_snapshots = o.recurrent_snapshots;
     specdec::LlamaCppModel target = specdec::LlamaCppModel::load(o.target.string(), model_options);
     std::optional<specdec::LlamaCppModel> draft;
     if (!o.draft.empty() && !o.autoregressive) {
