@@ -73,15 +73,7 @@ struct WindowPair {
 
 specdec::test::ExactnessSetup setup_for(Window& target, const SamplingOptions& sampling, const std::string& name,
                                         std::size_t samples) {
-    return {.name = name,
-            .prompt = {0, 2, 1},
-            .vocab = kWindow,
-            .length = kDraftTokens + 1,
-            .draft_tokens = kDraftTokens,
-            .samples = samples,
-            .target = [&target, sampling](std::span<const Token> prefix) {
-                return specdec::test::reference_distribution(target.logits_after(prefix), sampling);
-            }};
+    return support::window_exactness_setup(target, kWindow, kDraftTokens, sampling, name, samples);
 }
 
 }  // namespace llama_cpp_exactness

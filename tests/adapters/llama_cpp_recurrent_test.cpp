@@ -137,15 +137,7 @@ private:
 
 specdec::test::ExactnessSetup setup_for(Window& target, const SamplingOptions& sampling, const std::string& name,
                                         std::size_t samples) {
-    return {.name = name,
-            .prompt = {0, 2, 1},
-            .vocab = kWindow,
-            .length = kDraftTokens + 1,
-            .draft_tokens = kDraftTokens,
-            .samples = samples,
-            .target = [&target, sampling](std::span<const Token> prefix) {
-                return specdec::test::reference_distribution(target.logits_after(prefix), sampling);
-            }};
+    return support::window_exactness_setup(target, kWindow, kDraftTokens, sampling, name, samples);
 }
 
 // The test cases stay inside the namespace: the adapter's test files are

@@ -34,6 +34,7 @@
 #include "../../benchmarks/gguf_export.hpp"
 #include "specdec/adapters/llama_cpp.hpp"
 #include "specdec/models/synthetic.hpp"
+#include "support/exactness_harness.hpp"
 #include "support/fixtures.hpp"
 
 namespace specdec::test::llama_cpp {
@@ -186,6 +187,24 @@ private:
     std::size_t count_;
     std::vector<Token> shifted_;
 };
+
+// The sequence chi-square setup for a model seen through a VocabularyWindow
+// of `window` tokens: the prompt {0, 2, 1}, sequences of draft_tokens + 1
+// tokens, and as the reference the window's row after each prefix from a
+// fresh pass over the whole prefix (no rollback involved).
+template <class Model>
+ExactnessSetup window_exactness_setup(VocabularyWindow<Model>& target, std::size_t window, std::size_t draft_tokens,
+                                      const SamplingOptions& sampling, const std::string& name, std::size_t samples) {
+    return {.name = name,
+            .prompt = {0, 2, 1},
+            .vocab = window,
+            .length = draft_tokens + 1,
+            .draft_tokens = draft_tokens,
+            .samples = samples,
+            .target = [&target, sampling](std::span<const Token> prefix) {
+                return reference_distribution(target.logits_after(prefix), sampling);
+            }};
+}
 
 // A port of 127.0.0.1 that nothing listens on (at the time of the call).
 inline int free_loopback_port() {

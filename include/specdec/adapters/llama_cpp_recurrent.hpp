@@ -54,6 +54,36 @@
 
 namespace specdec::llama_cpp {
 
+namespace detail {
+
+// `tokens` at positions first, first + 1, ... of sequence `seq` in one
+// llama_decode; only the last token's row is an output, if last_output.
+inline std::int32_t decode_sequence(llama_context* context, llama_batch& batch, std::span<const llama_token> tokens,
+                                    llama_pos first, llama_seq_id seq, bool last_output) {
+    batch.n_tokens = static_cast<std::int32_t>(tokens.size());
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+        batch.token[i] = tokens[i];
+        batch.pos[i] = first + static_cast<llama_pos>(i);
+        batch.n_seq_id[i] = 1;
+        batch.seq_id[i][0] = seq;
+        batch.logits[i] = last_output && i + 1 == tokens.size();
+    }
+    return llama_decode(context, batch);
+}
+
+// max |a - b| relative to 1 + max |a|: rows of the same state agree to rounding.
+[[nodiscard]] inline float relative_difference(std::span<const float> a, const float* b) {
+    float largest = 0.0f, difference = 0.0f;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        largest = std::max(largest, std::fabs(a[i]));
+        difference = std::max(difference, std::fabs(a[i] - b[i]));
+    }
+    return difference / (1.0f + largest);
+}
+inline constexpr float kSameStateTolerance = 1e-3f;
+
+}  // namespace detail
+
 class RecurrentRollback {
 public:
     RecurrentRollback() = default;
@@ -162,16 +192,10 @@ private:
         const std::vector<Token>& tokens = slots_[slot].tokens;
         for (std::size_t begin = from; begin < tokens.size(); begin += batch_capacity) {
             const std::size_t end = std::min(tokens.size(), begin + batch_capacity);
-            batch.n_tokens = static_cast<std::int32_t>(end - begin);
-            for (std::size_t i = begin; i < end; ++i) {
-                const std::size_t j = i - begin;
-                batch.token[j] = tokens[i];
-                batch.pos[j] = static_cast<llama_pos>(i);
-                batch.n_seq_id[j] = 1;
-                batch.seq_id[j][0] = seq(slot);
-                batch.logits[j] = false;
-            }
-            if (const std::int32_t code = llama_decode(context, batch); code != 0) {
+            const std::span<const llama_token> chunk(tokens.data() + begin, end - begin);
+            if (const std::int32_t code =
+                    detail::decode_sequence(context, batch, chunk, static_cast<llama_pos>(begin), seq(slot), false);
+                code != 0) {
                 throw Error(name + ": replaying " + std::to_string(end - begin) + " tokens of slot " +
                             std::to_string(slot) + " after a rollback failed: " + describe_decode_code(code) +
                             recent_errors_suffix());
@@ -195,13 +219,7 @@ inline RollbackProbe probe_checkpoint_rollback(llama_context* context, llama_bat
     llama_memory_t memory = llama_get_memory(context);
     RollbackProbe result;
     const auto decode_one = [&](llama_pos position, bool output) {
-        batch.n_tokens = 1;
-        batch.token[0] = token;
-        batch.pos[0] = position;
-        batch.n_seq_id[0] = 1;
-        batch.seq_id[0][0] = 0;
-        batch.logits[0] = output;
-        return llama_decode(context, batch) == 0;
+        return detail::decode_sequence(context, batch, std::span<const llama_token>(&token, 1), position, 0, output) == 0;
     };
     const auto finish = [&](std::string reason) {
         llama_memory_clear(memory, true);
@@ -223,14 +241,9 @@ inline RollbackProbe probe_checkpoint_rollback(llama_context* context, llama_bat
     if (!decode_one(1, true)) return finish("decoding after restoring a checkpoint failed");
     row = llama_get_logits_ith(context, 0);
     if (row == nullptr) return finish("llama.cpp returned no logits after restoring a checkpoint");
-    float largest = 0.0f, difference = 0.0f;
-    for (std::size_t i = 0; i < vocab_size; ++i) {
-        largest = std::max(largest, std::fabs(first[i]));
-        difference = std::max(difference, std::fabs(first[i] - row[i]));
-    }
-    if (!(difference <= 1e-4f * (1.0f + largest))) {
-        return finish("after restoring a checkpoint the same token gave other logits (largest difference " +
-                      std::to_string(difference) + "): the state was not restored");
+    if (const float d = detail::relative_difference(first, row); !(d <= detail::kSameStateTolerance)) {
+        return finish("after restoring a checkpoint the same token gave other logits (relative difference " +
+                      std::to_string(d) + "): the state was not restored");
     }
     result.partial_rollback = true;
     llama_memory_clear(memory, true);
@@ -246,15 +259,7 @@ inline RollbackProbe probe_snapshot_rollback(llama_context* context, llama_batch
     llama_memory_t memory = llama_get_memory(context);
     RollbackProbe result;
     const auto decode = [&](std::span<const llama_token> tokens, llama_pos first) {
-        batch.n_tokens = static_cast<std::int32_t>(tokens.size());
-        for (std::size_t i = 0; i < tokens.size(); ++i) {
-            batch.token[i] = tokens[i];
-            batch.pos[i] = first + static_cast<llama_pos>(i);
-            batch.n_seq_id[i] = 1;
-            batch.seq_id[i][0] = 0;
-            batch.logits[i] = i + 1 == tokens.size();
-        }
-        return llama_decode(context, batch) == 0;
+        return detail::decode_sequence(context, batch, tokens, first, 0, true) == 0;
     };
     const auto finish = [&](std::string reason) {
         llama_memory_clear(memory, true);
@@ -276,14 +281,9 @@ inline RollbackProbe probe_snapshot_rollback(llama_context* context, llama_batch
     if (!decode(fresh, 0)) return finish("decoding two probe tokens failed");
     row = llama_get_logits_ith(context, -1);
     if (row == nullptr) return finish("llama.cpp returned no logits for the probe tokens");
-    float largest = 0.0f, difference = 0.0f;
-    for (std::size_t i = 0; i < vocab_size; ++i) {
-        largest = std::max(largest, std::fabs(row[i]));
-        difference = std::max(difference, std::fabs(rolled_back[i] - row[i]));
-    }
-    if (!(difference <= 1e-3f * (1.0f + largest))) {
-        return finish("after its rollback the next token gave other logits than a fresh pass (largest difference " +
-                      std::to_string(difference) + ")");
+    if (const float d = detail::relative_difference(rolled_back, row); !(d <= detail::kSameStateTolerance)) {
+        return finish("after its rollback the next token gave other logits than a fresh pass (relative difference " +
+                      std::to_string(d) + ")");
     }
     result.partial_rollback = true;
     llama_memory_clear(memory, true);
