@@ -2,15 +2,16 @@
 // Whether a llama.cpp context can roll a sequence back to any earlier
 // position, decided once when the adapter is constructed. Speculative
 // decoding truncates the cache after every rejected draft; a memory that
-// cannot drop its last positions (a recurrent state, a sliding window that
-// has already forgotten what a rollback would need) would leave a silently
-// wrong cache, so such a model is refused instead.
+// cannot drop its last positions (a sliding window that has already
+// forgotten what a rollback would need) would leave a silently wrong cache,
+// so such a model is refused instead. (A recurrent or hybrid model is rolled
+// back by checkpoint and replay and probed by llama_cpp_recurrent.hpp.)
 //
 // The probe is the experiment itself, as llama.cpp's own speculative tools
 // run it: decode two tokens into sequence 0, ask the memory to remove
 // position 1, and check that exactly position 0 is left. It is written
 // against a small interface so that it can be tested with a memory that
-// refuses (no recurrent GGUF is needed for that test):
+// refuses (no model file is needed for that test):
 //
 //   struct Memory {
 //       bool decode_two_tokens();          // positions 0 and 1 of sequence 0; false if the decode failed
