@@ -3,7 +3,7 @@
 
     scripts/compare_llama_server.py --llama-bin DIR --target T.gguf --draft D.gguf
         [--batch 1,2,4,8] [--threads 2] [--rounds 3] [--new-tokens 64] [--draft-max 3]
-        [--specdec-bench build/benchmarks/specdec-bench]
+        [--temperature 0] [--specdec-bench build/benchmarks/specdec-bench]
 
 DIR holds llama.cpp's llama-server (a llama.cpp build with its tools; the
 pinned source of scripts/build-llama-cpp.sh builds it with
@@ -11,17 +11,19 @@ pinned source of scripts/build-llama-cpp.sh builds it with
 
 For each batch size B the server runs with B slots (-np B), once without a
 draft model and once with --model-draft (llama.cpp's draft-simple
-speculation, --spec-draft-n-max, greedy, its default p_min), and serves 2 x B
+speculation, --spec-draft-n-max, its default p_min), and serves 2 x B
 requests at a concurrency of B: each request is a seeded 16-token prompt
-(token ids) and --new-tokens tokens at temperature 0 with ignore_eos, the
-same requests in both runs. Throughput is the generated tokens over the wall
+(token ids) and --new-tokens tokens at --temperature with ignore_eos, the
+same requests in both runs. At T > 0 both sides sample from the plain
+softmax (the server: top_k 0, top_p 1, min_p 0). Throughput is the generated tokens over the wall
 time from the first request sent to the last answer. So each side's ratio
 (with a draft / without) compares the server with itself, as specdec-bench
 --batch compares AutoBatchLength and fixed k with batched plain decoding.
 
 With --specdec-bench (built against llama.cpp), every round also runs
-specdec-bench --engine llama.cpp --batch with the same files and batch sizes:
-its auto and best fixed k over batched plain decoding, both on llama.cpp.
+specdec-bench --engine llama.cpp --batch with the same files, batch sizes and
+temperature (at T > 0 with block verification): its auto and best fixed k
+over batched plain decoding, both on llama.cpp.
 
 Rounds alternate the order of the two server runs. It prints the median over
 the rounds (with their range). Exit status: 0, or 1 when a tool failed.
@@ -100,8 +102,9 @@ def serve(args, batch, with_draft, prompts):
     server = Server(args, batch, with_draft)
     try:
         def one(index):
-            body = {"prompt": prompts[index], "n_predict": args.new_tokens, "temperature": 0.0, "ignore_eos": True,
-                    "cache_prompt": False, "seed": 1}
+            body = {"prompt": prompts[index], "n_predict": args.new_tokens, "temperature": args.temperature,
+                    "top_k": 0, "top_p": 1.0, "min_p": 0.0, "ignore_eos": True, "cache_prompt": False,
+                    "seed": 1 + index}
             answer = post(server.url + "/completion", body, timeout=600)
             timings = answer.get("timings", {})
             return (int(timings.get("predicted_n", answer.get("tokens_predicted", 0))),
@@ -128,7 +131,10 @@ def specdec_batch(args):
     with tempfile.TemporaryDirectory() as folder:
         report = os.path.join(folder, "batch.json")
         command = [args.specdec_bench, "--engine", "llama.cpp", "--target", args.target, "--draft", args.draft,
-                   "--threads", str(args.threads), "--batch", ",".join(map(str, args.batch)), "--json", report]
+                   "--threads", str(args.threads), "--batch", ",".join(map(str, args.batch)),
+                   "--temperature", str(args.temperature), "--json", report]
+        if args.temperature > 0:
+            command += ["--rule", "block"]
         result = subprocess.run(command, capture_output=True, text=True, errors="replace")
         if result.returncode != 0:
             sys.stderr.write(f"failed ({result.returncode}): {' '.join(command)}\n{result.stdout}\n{result.stderr}\n")
@@ -151,12 +157,15 @@ def main():
     parser.add_argument("--draft-max", type=int, default=3, help="llama-server's --spec-draft-n-max (its default: 3)")
     parser.add_argument("--context", type=int, default=256, help="positions per slot")
     parser.add_argument("--vocab-ids", type=int, default=1000, help="prompt token ids are drawn from [3, this)")
+    parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--specdec-bench", default=None)
     args = parser.parse_args()
     args.batch = [int(b) for b in args.batch.split(",")]
     if min(args.batch) < 1 or args.rounds < 1 or args.new_tokens < 1 or args.draft_max < 1:
         parser.error("--batch sizes, --rounds, --new-tokens and --draft-max must be positive")
+    if args.temperature < 0:
+        parser.error("--temperature must be at least 0")
     if args.context < 16 + args.new_tokens:
         parser.error(f"--context {args.context} cannot hold a 16-token prompt and {args.new_tokens} new tokens")
 
@@ -181,7 +190,7 @@ def main():
         return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
     print(f"{args.target} / {args.draft}, {args.threads} threads, {args.rounds} rounds, medians (range); "
-          f"2 x B requests of 16 prompt tokens and {args.new_tokens} new tokens at T = 0, concurrency B")
+          f"2 x B requests of 16 prompt tokens and {args.new_tokens} new tokens at T = {args.temperature:g}, concurrency B")
     header = f"{'B':>3}  {'server plain tok/s':>20}  {'server + draft':>20}  {'ratio':>17}  {'acceptance':>17}"
     if args.specdec_bench:
         header += f"  {'specdec auto / batched AR':>26}  {'best fixed k / batched AR':>26}"
