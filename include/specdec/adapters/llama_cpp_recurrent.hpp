@@ -165,7 +165,6 @@ public:
     }
 
     [[nodiscard]] std::size_t held(std::size_t slot) const { return slots_.at(slot).tokens.size(); }
-    [[nodiscard]] std::optional<std::size_t> checkpoint(std::size_t slot) const { return slots_.at(slot).checkpoint; }
     // Tokens decoded again by rollbacks so far (every slot), and the
     // rollbacks llama.cpp did itself (snapshots).
     [[nodiscard]] std::size_t replayed_tokens() const { return replayed_; }
