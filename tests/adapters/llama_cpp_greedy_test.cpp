@@ -1,6 +1,6 @@
 // Greedy decoding through the llama.cpp adapter equals llama.cpp's own greedy
-// decoding: autoregressive, speculative (several draft lengths) and batched
-// over several sequences, on stories260K (draft: its Q8_0 copy), on the
+// decoding: autoregressive, speculative (several draft lengths), token trees
+// (tree passes on both models) and batched over several sequences, on stories260K (draft: its Q8_0 copy), on the
 // committed architecture fixtures that llama.cpp loads (llama3, qwen2,
 // mistral; F32 target, Q8_0 draft) and on the tiny
 // synthetic pair exported as GGUF.
@@ -22,6 +22,7 @@
 #include "specdec/decoding/autoregressive_decoder.hpp"
 #include "specdec/decoding/batched_decoder.hpp"
 #include "specdec/decoding/speculative_decoder.hpp"
+#include "specdec/decoding/tree_decoder.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"
 #include "support/skip.hpp"
@@ -62,6 +63,23 @@ void check_every_decoder(const GreedyCase& c) {
         const specdec::GenerationResult result = decoder.generate(c.prompt);
         CHECK(result.tokens == c.expected);
         CHECK(result.stats.draft_tokens_proposed > 0);
+    }
+    {
+        // Token trees: the target verifies each tree in one tree pass, the
+        // draft drafts it level by level through its own tree passes.
+        specdec::LlamaCppOptions tree_options = support::small_options();
+        tree_options.tree_leaves = 8;
+        LlamaCppModel tree_target = LlamaCppModel::load(c.target.string(), tree_options);
+        LlamaCppModel tree_draft = LlamaCppModel::load(c.draft.string(), tree_options);
+        for (const std::vector<std::size_t>& branching : {std::vector<std::size_t>{3, 2, 1}, std::vector<std::size_t>{2, 2, 2, 1}}) {
+            const specdec::TreeShape shape = specdec::TreeShape::from_branching(branching);
+            INFO("tree " << shape.describe());
+            specdec::TreeSpeculativeDecoder<LlamaCppModel, LlamaCppModel> decoder(
+                specdec::target(tree_target), specdec::draft(tree_draft), greedy_options(target, n, 1), shape);
+            const specdec::GenerationResult result = decoder.generate(c.prompt);
+            CHECK(result.tokens == c.expected);
+            CHECK(result.stats.draft_tokens_proposed > 0);
+        }
     }
     {
         // Three requests of the same prompt in three sequences, admitted one

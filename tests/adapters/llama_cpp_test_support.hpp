@@ -158,6 +158,16 @@ public:
     void truncate(std::size_t n) { model_->truncate(n); }
     LogitsView forward(std::span<const Token> tokens) { return window(model_->forward(shifted(tokens))); }
     LogitsView forward_last(std::span<const Token> tokens) { return window(model_->forward_last(shifted(tokens))); }
+    LogitsView forward_tree(std::span<const Token> tokens, std::span<const std::int32_t> parents)
+        requires TreeLM<Model>
+    {
+        return window(model_->forward_tree(shifted(tokens), parents));
+    }
+    void commit_tree(std::span<const std::int32_t> path)
+        requires TreeLM<Model>
+    {
+        model_->commit_tree(path);
+    }
 
     // The window's logits after `prefix` from a fresh pass of the whole prefix.
     std::vector<float> logits_after(std::span<const Token> prefix) {

@@ -20,6 +20,11 @@
 //    the tokens after it (llama_cpp_recurrent.hpp), probed the same way;
 //  - the adapter keeps each slot's position count itself and checks it
 //    against llama_memory_seq_pos_max after every pass and rollback;
+//  - a token tree (TreeLM, with LlamaCppOptions::tree_leaves) is one
+//    llama_decode whose tokens carry several sequence ids: every leaf of the
+//    pending tree has a llama.cpp sequence of its own, and a node belongs to
+//    the sequences of all leaves below it, so llama.cpp's causal mask lets it
+//    see the cache and its own ancestors only (llama_cpp_tree.hpp);
 //  - a failed llama_decode (llama_cpp_decode_status.hpp) is reported as a
 //    specdec::Error with the meaning of its code, after the fed slots were
 //    rolled back to where they were; a decode that finds no KV slot for a
@@ -27,7 +32,6 @@
 //    cache cannot be brought back to a known state the model refuses every
 //    later call.
 //
-// TreeLM is not offered (see docs/llama_cpp.md).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -47,6 +51,7 @@
 #include "specdec/adapters/llama_cpp_recurrent.hpp"
 #include "specdec/adapters/llama_cpp_rollback_probe.hpp"
 #include "specdec/adapters/llama_cpp_runtime.hpp"
+#include "specdec/adapters/llama_cpp_tree.hpp"
 #include "specdec/adapters/llama_cpp_vocabulary.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/model_contract.hpp"
@@ -79,6 +84,14 @@ struct LlamaCppOptions {
     // sequence. 0: checkpoints and replay only. Other architectures get 0
     // (recurrent_snapshots() says what llama.cpp granted).
     std::size_t recurrent_snapshots = 0;
+    // The most leaves a pending token tree of slot 0 may have (TreeLM:
+    // forward_tree and commit_tree, for TreeSpeculativeDecoder and tree
+    // drafting); 0: no tree pass. Every leaf after the first takes a llama.cpp
+    // sequence id of its own, and a tree pass needs all sequences in one
+    // cache, so a value > 0 turns unified_cache on. A FixedTree's leaves are
+    // its shape's; AutoTree's are at most its max_nodes (24 by default).
+    // Recurrent and hybrid models have no tree pass (their state cannot branch).
+    std::size_t tree_leaves = 0;
 };
 
 class LlamaCppModel {
@@ -126,6 +139,7 @@ public:
             recurrent_ = other.recurrent_;
             recurrent_rollback_ = std::move(other.recurrent_rollback_);
             snapshots_ = other.snapshots_;
+            tree_ = std::move(other.tree_);
             cached_ = std::move(other.cached_);
             logits_ = std::move(other.logits_);
             name_ = std::move(other.name_);
@@ -150,6 +164,62 @@ public:
     }
     void truncate(std::size_t n) { truncate(0, n); }
 
+    // --- TreeLM (slot 0; needs LlamaCppOptions::tree_leaves) ---
+    // forward_tree: one llama_decode of the new nodes, each an output; the
+    // cache keeps them as the pending tree (cached_tokens() unchanged).
+    // commit_tree: keeps the path's cells as slot 0's next positions and
+    // drops every other pending cell (no recomputation).
+    LogitsView forward_tree(std::span<const Token> tokens, std::span<const std::int32_t> parents) {
+        check_usable();
+        if (tree_.leaf_limit() == 0) {
+            throw Error(name_ + ": forward_tree: this context has no tree pass; create it with "
+                                "LlamaCppOptions::tree_leaves > 0 (a llama.cpp sequence id per leaf of a tree)");
+        }
+        check_tree_feed(tokens, parents);
+        if (tokens.empty()) return LogitsView{nullptr, 0, vocab_size_, vocab_size_};
+        llama_cpp::TreePlan plan = tree_.plan(parents, static_cast<llama_pos>(cached_[0]), name_);
+        std::vector<Entry> entries;
+        for (std::size_t i = 0; i < tokens.size(); ++i) {
+            entries.push_back({plan.nodes[i].seqs.front(), plan.nodes[i].position, tokens[i], static_cast<std::ptrdiff_t>(i),
+                               std::span<const llama_seq_id>(plan.nodes[i].seqs).subspan(1)});
+        }
+        const float* rows = nullptr;
+        try {
+            for (const llama_cpp::SequenceCopy& copy : plan.copies)
+                llama_memory_seq_cp(memory(), copy.from, copy.to, 0, copy.end);
+            rows = decode_direct(entries, tokens.size());
+            if (rows == nullptr) throw Error(name_ + ": forward_tree: " + llama_cpp::describe_decode_code(1));
+        } catch (const Error& error) {
+            tree_.add(plan);  // so that discarding also drops whatever the failed pass stored
+            discard_tree();
+            throw Error(std::string(error.what()) + " (the pending tree is discarded)");
+        }
+        tree_.add(plan);
+        return LogitsView{rows, tokens.size(), vocab_size_, vocab_size_};
+    }
+    void commit_tree(std::span<const std::int32_t> path) {
+        check_usable();
+        tree_.check_path(path, name_);
+        const llama_cpp::TreeCommit commit = tree_.commit(path, static_cast<llama_pos>(cached_[0]));
+        bool ok = true;
+        for (const llama_cpp::SequenceRemoval& removal : commit.removals)
+            ok = llama_memory_seq_rm(memory(), removal.seq, removal.from, -1) && ok;
+        if (commit.copy) llama_memory_seq_cp(memory(), commit.copy->from, commit.copy->to, commit.copy->begin, commit.copy->end);
+        for (const llama_seq_id seq : commit.released) {
+            ok = llama_memory_seq_rm(memory(), seq, -1, -1) && ok;
+            ok = ok && llama_memory_seq_pos_max(memory(), seq) == -1;
+        }
+        tree_.clear();
+        if (!ok) {
+            failure_ = "llama.cpp refused to drop the cells of a token tree";
+            throw Error(name_ + ": " + failure_ + llama_cpp::recent_errors_suffix());
+        }
+        cached_[0] += path.size();
+        check_positions(0, "commit_tree");
+    }
+    // The most leaves a pending tree may have (LlamaCppOptions::tree_leaves).
+    [[nodiscard]] std::size_t tree_leaves() const { return tree_.leaf_limit(); }
+
     // --- MultiSequenceLM ---
     [[nodiscard]] std::size_t sequence_slots() const { return cached_.size(); }
     [[nodiscard]] std::size_t cached_tokens(std::size_t slot) const {
@@ -160,11 +230,13 @@ public:
         check_usable();
         detail::check_sequence_feeds(feeds, cached_.size(), vocab_size_, context_length_,
                                      [this](std::size_t slot) { return cached_[slot]; }, name_);
+        if (std::any_of(feeds.begin(), feeds.end(), [](const SequenceFeed& f) { return f.slot == 0; })) discard_tree();
         return run(feeds, "forward_batch");
     }
     void truncate(std::size_t slot, std::size_t n) {
         check_usable();
         check_slot(slot, "truncate");
+        if (slot == 0) discard_tree();
         if (n > cached_[slot]) {
             throw Error(name_ + ": truncate(" + std::to_string(n) + ") of slot " + std::to_string(slot) + " holding " +
                         std::to_string(cached_[slot]) + " positions; expected n <= cached_tokens()");
@@ -275,6 +347,7 @@ private:
         llama_pos position;
         Token token;
         std::ptrdiff_t row;
+        std::span<const llama_seq_id> more_seqs{};  // a tree node's other sequences
     };
 
     LlamaCppModel(const std::string& path, const LlamaCppOptions& options) {
@@ -345,13 +418,19 @@ private:
         // A hybrid model's checkpoints must share the attention cells of
         // their slots: one cache, where llama_memory_seq_cp only marks cells
         // (between cache streams it copies whole buffers).
-        unified_cache_ = options.unified_cache || llama_model_is_hybrid(m);
+        if (recurrent_ && options.tree_leaves > 0) {
+            throw Error(name_ + ": LlamaCppOptions::tree_leaves " + std::to_string(options.tree_leaves) +
+                        ": a recurrent or hybrid model has no tree pass (its state cannot branch); set it to 0");
+        }
+        unified_cache_ = options.unified_cache || llama_model_is_hybrid(m) || options.tree_leaves > 0;
+        const std::size_t tree_sequences = options.tree_leaves > 0 ? options.tree_leaves - 1 : 0;
         const std::size_t llama_sequences =
-            recurrent_ ? llama_cpp::RecurrentRollback::sequences_needed(options.sequences) : options.sequences;
+            (recurrent_ ? llama_cpp::RecurrentRollback::sequences_needed(options.sequences) : options.sequences) + tree_sequences;
         if (llama_sequences > llama_max_parallel_sequences()) {
-            throw Error(name_ + ": LlamaCppOptions::sequences is " + std::to_string(options.sequences) +
-                        "; a recurrent model needs two llama.cpp sequences a slot and this build holds at most " +
-                        std::to_string(llama_max_parallel_sequences()));
+            throw Error(name_ + ": LlamaCppOptions::sequences is " + std::to_string(options.sequences) + " and tree_leaves " +
+                        std::to_string(options.tree_leaves) + ": that takes " + std::to_string(llama_sequences) +
+                        " llama.cpp sequences (a recurrent model two a slot, a tree one a leaf after the first) "
+                        "and this build holds at most " + std::to_string(llama_max_parallel_sequences()));
         }
         llama_context_params params = llama_context_default_params();
         // Unified, a checkpoint shares its slot's cells; in streams every
@@ -386,7 +465,9 @@ private:
         }
         context_length_ = context;
         batch_capacity_ = llama_n_batch(context_.get());
-        batch_.reset(new llama_batch(llama_batch_init(static_cast<std::int32_t>(batch_capacity_), 0, 1)));
+        batch_.reset(new llama_batch(llama_batch_init(static_cast<std::int32_t>(batch_capacity_), 0,
+                                                      static_cast<std::int32_t>(std::max<std::size_t>(options.tree_leaves, 1)))));
+        tree_ = llama_cpp::PendingTree(options.tree_leaves, static_cast<llama_seq_id>(llama_sequences - tree_sequences));
         cached_.assign(options.sequences, 0);
         if (recurrent_) recurrent_rollback_ = llama_cpp::RecurrentRollback(options.sequences);
         snapshots_ = recurrent_ ? llama_n_rs_seq(context_.get()) : 0;
@@ -500,10 +581,36 @@ private:
         }
     }
 
+    // Validation of forward_tree, before anything changes.
+    void check_tree_feed(std::span<const Token> tokens, std::span<const std::int32_t> parents) const {
+        if (tokens.size() != parents.size()) {
+            throw Error(name_ + ": forward_tree of " + std::to_string(tokens.size()) + " tokens with " +
+                        std::to_string(parents.size()) + " parents; expected one parent per token");
+        }
+        for (std::size_t i = 0; i < tokens.size(); ++i) {
+            if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= vocab_size_) {
+                throw Error(name_ + ": forward_tree: token id " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
+                            " is outside the vocabulary [0, " + std::to_string(vocab_size_) + ")");
+            }
+        }
+        const std::size_t free = context_length_ - cached_[0];
+        tree_.check_parents(parents, free, name_);
+        if (tokens.size() > batch_capacity_) {
+            throw Error(name_ + ": forward_tree of " + std::to_string(tokens.size()) + " nodes exceeds llama.cpp's batch of " +
+                        std::to_string(batch_capacity_) + " tokens (LlamaCppOptions::batch)");
+        }
+    }
+
+    // Drops a pending tree (any call but forward_tree and commit_tree does).
+    void discard_tree() {
+        if (!tree_.empty()) commit_tree({});
+    }
+
     // forward / forward_last on slot 0.
     LogitsView run_single(std::span<const Token> tokens, bool last_row_only, const char* what) {
         check_usable();
         check_single_feed(tokens, what);
+        discard_tree();
         if (tokens.empty()) {
             if (last_row_only) throw Error(name_ + ": forward_last of no tokens; expected at least one");
             return LogitsView{nullptr, 0, vocab_size_, vocab_size_};
@@ -596,8 +703,9 @@ private:
         for (std::size_t i = 0; i < entries.size(); ++i) {
             b.token[i] = entries[i].token;
             b.pos[i] = entries[i].position;
-            b.n_seq_id[i] = 1;
+            b.n_seq_id[i] = static_cast<std::int32_t>(1 + entries[i].more_seqs.size());
             b.seq_id[i][0] = entries[i].seq;
+            std::copy(entries[i].more_seqs.begin(), entries[i].more_seqs.end(), b.seq_id[i] + 1);
             b.logits[i] = entries[i].row >= 0;
         }
     }
@@ -703,13 +811,14 @@ private:
     bool recurrent_ = false;                          // rolls back by checkpoint and replay
     llama_cpp::RecurrentRollback recurrent_rollback_;  // its checkpoints and the slots' tokens
     std::size_t snapshots_ = 0;                       // llama.cpp's n_rs_seq as granted
+    llama_cpp::PendingTree tree_;                      // slot 0's pending token tree and its sequence ids
     std::vector<std::size_t> cached_;  // positions per slot, kept here and checked against llama.cpp's memory
     std::vector<float> logits_;        // rows gathered from several decodes
     std::string name_;
     std::string failure_;              // non-empty: the cache is in an unknown state, every call refuses
 };
 
-static_assert(CausalLM<LlamaCppModel> && LastRowLM<LlamaCppModel> && MultiSequenceLM<LlamaCppModel>);
+static_assert(CausalLM<LlamaCppModel> && LastRowLM<LlamaCppModel> && MultiSequenceLM<LlamaCppModel> && TreeLM<LlamaCppModel>);
 
 // Throws specdec::Error naming both models unless they have the same
 // vocabulary (tokenizer type, size, and every token's text and attributes).
