@@ -79,6 +79,10 @@ namespace detail {
     model_options.context = detail::llama_cpp_context(options, setup.prompt_text.size());
     model_options.threads = static_cast<int>(setup.threads);
     model_options.threads_batch = static_cast<int>(setup.threads);
+    // --tree rows: a tree never has more leaves than nodes.
+    for (const std::string& tree : options.trees)
+        model_options.tree_leaves =
+            std::max(model_options.tree_leaves, tree == "auto" ? options.tree_max_nodes : TreeShape::parse(tree).size());
 
     setup.target = std::make_unique<LlamaCppModel>(LlamaCppModel::load(*options.target_path, model_options));
     setup.target_info = detail::describe_llama_cpp(*setup.target, *options.target_path);
