@@ -258,6 +258,12 @@ TEST_CASE("llama.cpp adapter: greedy decoders on a recurrent and a hybrid model 
                 }
             }
             CHECK(finished == 3);
+            // The slots a step rolls back replay together, in one pass before
+            // the next (with snapshots the target's rollbacks need no replay).
+            if (c.snapshots == 0) {
+                CHECK(targets.replayed_rollbacks() > 0);
+                CHECK(targets.replay_passes() < targets.replayed_rollbacks());
+            }
         }
     }
 }

@@ -245,7 +245,8 @@ public:
         if (recurrent_) {
             roll_back_recurrent(slot, n, snapshots_);
             cached_[slot] = n;
-            check_positions(slot, "truncate");
+            // A replay waits for the next pass (with every other slot's).
+            if (!recurrent_rollback_.replay_pending(slot)) check_positions(slot, "truncate");
             return;
         }
         if (!llama_memory_seq_rm(memory(), seq(slot), static_cast<llama_pos>(n), -1)) {
@@ -273,6 +274,10 @@ public:
     // it did so, without a replay.
     [[nodiscard]] std::size_t recurrent_snapshots() const { return snapshots_; }
     [[nodiscard]] std::size_t snapshot_rollbacks() const { return recurrent_rollback_.snapshot_rollbacks(); }
+    // Rollbacks that replayed tokens, and the llama_decode calls of their
+    // replays (the slots rolled back between two passes replay in one).
+    [[nodiscard]] std::size_t replayed_rollbacks() const { return recurrent_rollback_.replayed_rollbacks(); }
+    [[nodiscard]] std::size_t replay_passes() const { return recurrent_rollback_.replay_passes(); }
 
     // --- llama.cpp specifics ---
     // The file name and the architecture, e.g. "stories260K.gguf (llama)".
@@ -637,6 +642,7 @@ private:
         // in batch order needs no copy; anything else is gathered in logits_.
         const float* direct = nullptr;
         if (recurrent_) {
+            replay_rolled_back_slots();
             for (const SequenceFeed& feed : feeds)
                 if (!feed.tokens.empty()) recurrent_rollback_.before_pass(memory(), feed.slot, feed.tokens.size());
         }
@@ -690,11 +696,24 @@ private:
     // every later call.
     void roll_back_recurrent(std::size_t slot, std::size_t n, std::size_t snapshots) {
         try {
-            recurrent_rollback_.truncate(context_.get(), *batch_, batch_capacity_, slot, n, snapshots, name_);
+            recurrent_rollback_.truncate(context_.get(), slot, n, snapshots, name_);
         } catch (const Error& error) {
             failure_ = error.what();
             throw;
         }
+    }
+
+    // The replays of the slots rolled back since the last pass, in one
+    // llama_decode before the next; failing, the model is unusable.
+    void replay_rolled_back_slots() {
+        std::vector<std::size_t> replayed;
+        try {
+            replayed = recurrent_rollback_.replay_pending_slots(context_.get(), *batch_, batch_capacity_, name_);
+        } catch (const Error& error) {
+            failure_ = error.what();
+            throw;
+        }
+        for (const std::size_t slot : replayed) check_positions(slot, "a replay");
     }
 
     void fill_batch(std::span<const Entry> entries) {

@@ -15,6 +15,10 @@
 //     slot's tokens c .. n - 1 again without outputs (the replay). Below the
 //     checkpoint the slot is cleared and all n tokens are replayed.
 //
+// The replay waits for the model's next pass: every slot rolled back since
+// the last pass replays then, all in one llama_decode before that pass (a
+// batched decoder rolls back many slots a step, one replay pass for all).
+//
 // Where checkpoints are taken decides only what a rollback replays, never its
 // result: before a pass that feeds more than one token (a verification pass,
 // a draft's catching up), before the first pass after a rollback, and when
@@ -22,7 +26,8 @@
 // just before it (replaying its last token and the accepted drafts), and a
 // draft that drafted one token per pass rolls back to the checkpoint before
 // its catching up (replaying that and its accepted drafts): one extra pass
-// of a few tokens per rolled-back step, not a replay of the whole text.
+// of a few tokens per rolled-back step (for all the slots it rolled back),
+// not a replay of the whole text.
 //
 // So the slot's tokens must be known: they are kept here, per slot.
 //
@@ -124,11 +129,10 @@ public:
     // failed pass, what it held before that pass, with snapshots = 0): by
     // llama.cpp's own rollback where the context keeps `snapshots` states a
     // pass and the tokens to drop all came from the slot's last pass; else
-    // from the checkpoint where it is at or below n, else from nothing,
-    // replaying the rest in passes of at most `batch` tokens. Throws
-    // specdec::Error if llama.cpp refuses; the slot's state is then unknown.
-    void truncate(llama_context* context, llama_batch& batch, std::size_t batch_capacity, std::size_t slot,
-                  std::size_t n, std::size_t snapshots, const std::string& name) {
+    // from the checkpoint where it is at or below n, else from nothing, the
+    // rest left to replay_pending_slots. Throws specdec::Error if llama.cpp
+    // refuses; the slot's state is then unknown.
+    void truncate(llama_context* context, std::size_t slot, std::size_t n, std::size_t snapshots, const std::string& name) {
         Slot& s = slots_.at(slot);
         llama_memory_t memory = llama_get_memory(context);
         const std::size_t back = s.tokens.size() - n;
@@ -156,12 +160,62 @@ public:
         }
         s.tokens.resize(n);
         s.checkpoint_due = true;
+        s.replay_from.reset();
         if (llama_memory_seq_pos_max(memory, seq(slot)) != static_cast<llama_pos>(from) - 1) {
             throw Error(name + ": restoring slot " + std::to_string(slot) + " from its checkpoint of " +
                         std::to_string(from) + " positions left it at position " +
                         std::to_string(llama_memory_seq_pos_max(memory, seq(slot))) + recent_errors_suffix());
         }
-        replay(context, batch, batch_capacity, slot, from, name);
+        if (from < n) {
+            s.replay_from = from;
+            ++replayed_rollbacks_;
+        }
+    }
+
+    // Whether `slot` waits for its replay (llama.cpp's memory holds fewer
+    // positions than the slot's tokens until replay_pending_slots runs).
+    [[nodiscard]] bool replay_pending(std::size_t slot) const { return slots_.at(slot).replay_from.has_value(); }
+
+    // Replays every slot that waits, in one llama_decode where the batch
+    // holds them all (else slot by slot, in passes of at most batch_capacity
+    // tokens); returns the slots replayed. Throws specdec::Error if llama.cpp
+    // refuses; those slots' states are then unknown.
+    std::vector<std::size_t> replay_pending_slots(llama_context* context, llama_batch& batch, std::size_t batch_capacity,
+                                                  const std::string& name) {
+        std::vector<std::size_t> waiting;
+        std::size_t tokens = 0;
+        for (std::size_t slot = 0; slot < slots_.size(); ++slot) {
+            if (!slots_[slot].replay_from) continue;
+            waiting.push_back(slot);
+            tokens += slots_[slot].tokens.size() - *slots_[slot].replay_from;
+        }
+        if (waiting.empty()) return waiting;
+        std::int32_t code = 1;
+        if (tokens <= batch_capacity) {
+            batch.n_tokens = 0;
+            for (const std::size_t slot : waiting) {
+                const Slot& s = slots_[slot];
+                for (std::size_t p = *s.replay_from; p < s.tokens.size(); ++p) {
+                    const auto i = batch.n_tokens++;
+                    batch.token[i] = s.tokens[p];
+                    batch.pos[i] = static_cast<llama_pos>(p);
+                    batch.n_seq_id[i] = 1;
+                    batch.seq_id[i][0] = seq(slot);
+                    batch.logits[i] = false;
+                }
+            }
+            code = llama_decode(context, batch);
+            if (code != 0 && !(code == 1 && waiting.size() > 1)) throw replay_error(code, tokens, waiting, name);
+            if (code == 0) {
+                replayed_ += tokens;
+                ++replay_passes_;
+            }
+        }
+        if (code != 0) {  // too many tokens for one pass, or no cache slot for all of them at once
+            for (const std::size_t slot : waiting) replay(context, batch, batch_capacity, slot, *slots_[slot].replay_from, name);
+        }
+        for (const std::size_t slot : waiting) slots_[slot].replay_from.reset();
+        return waiting;
     }
 
     [[nodiscard]] std::size_t held(std::size_t slot) const { return slots_.at(slot).tokens.size(); }
@@ -169,6 +223,9 @@ public:
     // rollbacks llama.cpp did itself (snapshots).
     [[nodiscard]] std::size_t replayed_tokens() const { return replayed_; }
     [[nodiscard]] std::size_t snapshot_rollbacks() const { return native_; }
+    // Rollbacks that needed a replay, and the llama_decode calls their replays took.
+    [[nodiscard]] std::size_t replayed_rollbacks() const { return replayed_rollbacks_; }
+    [[nodiscard]] std::size_t replay_passes() const { return replay_passes_; }
 
     [[nodiscard]] llama_seq_id checkpoint_seq(std::size_t slot) const {
         return static_cast<llama_seq_id>(slots_.size() + slot);
@@ -181,9 +238,17 @@ private:
         bool checkpoint_due = true;
         std::size_t last_pass = 0;      // tokens of the slot's last pass, 0 once rolled back since
         bool snapshot_pending = false;  // rolled back by llama.cpp, no pass since
+        std::optional<std::size_t> replay_from;  // memory holds only tokens [0, replay_from) until the replay
     };
 
     [[nodiscard]] static llama_seq_id seq(std::size_t slot) { return static_cast<llama_seq_id>(slot); }
+
+    static Error replay_error(std::int32_t code, std::size_t tokens, std::span<const std::size_t> slots, const std::string& name) {
+        std::string which;
+        for (const std::size_t slot : slots) which += (which.empty() ? "" : ", ") + std::to_string(slot);
+        return Error(name + ": replaying " + std::to_string(tokens) + " tokens of slot(s) " + which +
+                     " after a rollback failed: " + describe_decode_code(code) + recent_errors_suffix());
+    }
 
     // Decodes the slot's tokens from `from` on, without outputs.
     void replay(llama_context* context, llama_batch& batch, std::size_t batch_capacity, std::size_t slot,
@@ -200,11 +265,12 @@ private:
                             recent_errors_suffix());
             }
             replayed_ += end - begin;
+            ++replay_passes_;
         }
     }
 
     std::vector<Slot> slots_;
-    std::size_t replayed_ = 0, native_ = 0;
+    std::size_t replayed_ = 0, native_ = 0, replayed_rollbacks_ = 0, replay_passes_ = 0;
 };
 
 // The construction-time experiment for a recurrent memory, as
