@@ -64,6 +64,7 @@ struct Options {
     std::size_t draft_tokens = 4;
     bool auto_length = false;      // -k auto: the decoder chooses each step's length (at most draft_tokens)
     bool draft_max_given = false;
+    std::optional<std::string> tree;  // --tree: a token tree per step, a shape ("3x2x1") or "auto" (AutoTree)
     std::size_t threads = 0;
     std::size_t context = 0;
     std::size_t recurrent_snapshots = 0;  // --engine llama.cpp: LlamaCppOptions::recurrent_snapshots
@@ -165,6 +166,20 @@ const std::vector<GenerateFlag>& generate_flags() {
              o.draft_tokens = parse_number<std::size_t>(f, v);
              o.draft_max_given = true;
          }},
+        {{"--tree"}, "SHAPE|auto",
+         "verify a token tree each step instead of a chain (specdec::TreeSpeculativeDecoder):\n"
+         "a shape such as 3x2x1 (3 candidates, 2 under each, 1 under those), or auto for\n"
+         "the shape learned from acceptance and costs (AutoTree); -k does not apply",
+         [](Options& o, V f, V v) {
+             if (v != "auto") {
+                 try {
+                     (void)specdec::TreeShape::parse(std::string(v));
+                 } catch (const specdec::Error& error) {
+                     throw UsageError(std::string(f) + ": " + error.what());
+                 }
+             }
+             o.tree = std::string(v);
+         }},
         {{"--lookup-ngram"}, "MIN,MAX", "n-gram sizes of prompt lookup (default 1,3)",
          [](Options& o, V f, V range) {
              const std::size_t comma = range.find(',');
@@ -217,6 +232,7 @@ Options parse(int argc, char** argv) {
     if (o.recurrent_snapshots_given && o.engine != cli::Engine::llama_cpp)
         throw UsageError("--recurrent-snapshots is a setting of llama.cpp's memory: expected --engine llama.cpp");
     if (o.autoregressive && o.check_autoregressive) throw UsageError("--autoregressive and --check-autoregressive exclude each other");
+    if (o.tree && o.autoregressive) throw UsageError("--tree and --autoregressive exclude each other");
     if (o.check_autoregressive && o.temperature != 0.0)
         throw UsageError("--check-autoregressive compares token for token, which only greedy decoding guarantees: expected --temp 0");
     return o;
@@ -278,6 +294,27 @@ specdec::GenerationResult speculate(Target& target, Draft& draft, const specdec:
     return decoder.generate(prompt, on_token);
 }
 
+// Tree speculative decoding with a fixed shape or AutoTree.
+template <class Target, class Draft, class OnToken>
+specdec::GenerationResult speculate_tree(Target& target, Draft& draft, const specdec::DecodingOptions& options,
+                                         const std::string& tree, const std::vector<specdec::Token>& prompt,
+                                         OnToken& on_token) {
+    if (tree == "auto") {
+        specdec::TreeSpeculativeDecoder<Target, Draft, specdec::RecursiveRejection, specdec::AutoTree> decoder(
+            specdec::target(target), specdec::draft(draft), options, {}, specdec::AutoTree{});
+        return decoder.generate(prompt, on_token);
+    }
+    specdec::TreeSpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options,
+                                            specdec::TreeShape::parse(tree));
+    return decoder.generate(prompt, on_token);
+}
+
+// The most leaves a tree of --tree can have: a shape's nodes bound its
+// leaves, AutoTree's at most its max_nodes.
+std::size_t tree_leaves_bound(const std::string& tree) {
+    return tree == "auto" ? specdec::AutoTree::Options{}.max_nodes : specdec::TreeShape::parse(tree).size();
+}
+
 // Generates from loaded models, whichever engine runs them: streams the text
 // (Text: push(token) -> the newly complete text, flush()), prints the
 // statistics and, with --check-autoregressive, compares with the target alone.
@@ -317,16 +354,19 @@ int generate(const Options& o, Model& target, Model* draft, const std::vector<sp
         specdec::AutoregressiveDecoder decoder(target, options);
         result = decoder.generate(prompt, print);
     } else if (draft != nullptr) {
-        method = "speculative (draft model)";
-        result = speculate(target, *draft, options, o.auto_length, prompt, print);
+        method = o.tree ? "tree speculative (draft model)" : "speculative (draft model)";
+        result = o.tree ? speculate_tree(target, *draft, options, *o.tree, prompt, print)
+                        : speculate(target, *draft, options, o.auto_length, prompt, print);
     } else {
-        method = "speculative (prompt lookup)";
+        method = o.tree ? "tree speculative (prompt lookup)" : "speculative (prompt lookup)";
         specdec::PromptLookupDrafter lookup({.min_ngram = o.lookup_min, .max_ngram = o.lookup_max});
-        result = speculate(target, lookup, options, o.auto_length, prompt, print);
+        result = o.tree ? speculate_tree(target, lookup, options, *o.tree, prompt, print)
+                        : speculate(target, lookup, options, o.auto_length, prompt, print);
     }
     if (!o.quiet) std::printf("%s\n", text.flush().c_str());
 
-    const std::string length = (o.auto_length ? "auto, at most " : "") + std::to_string(o.draft_tokens);
+    const std::string length = o.tree ? "tree " + *o.tree
+                                      : (o.auto_length ? "auto, at most " : "") + std::to_string(o.draft_tokens);
     std::fprintf(stderr, "\nengine %s, target %s, %s, draft length %s, temperature %g, seed %llu, stopped by %s\n",
                  std::string(cli::to_string(o.engine)).c_str(), o.target.filename().string().c_str(),
                  draft != nullptr ? o.draft.filename().string().c_str() : "no draft model", length.c_str(), o.temperature,
@@ -411,6 +451,7 @@ int run_llama_cpp(const Options& o) {
     model_options.threads = static_cast<int>(o.threads != 0 ? o.threads : hardware);
     model_options.threads_batch = model_options.threads;
     model_options.recurrent_snapshots = o.recurrent_snapshots;
+    if (o.tree) model_options.tree_leaves = tree_leaves_bound(*o.tree);
     specdec::LlamaCppModel target = specdec::LlamaCppModel::load(o.target.string(), model_options);
     std::optional<specdec::LlamaCppModel> draft;
     if (!o.draft.empty() && !o.autoregressive) {
