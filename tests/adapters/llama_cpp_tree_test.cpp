@@ -215,6 +215,28 @@ TEST_CASE("llama.cpp adapter: a tree pass scores every root-to-node path as a ch
     std::vector<Token> full = prefix;
     full.push_back(320);
     check_close(copy_row(model.forward(std::vector<Token>{320}), 0), chain_row(reference, full), kReorderedTolerance);
+
+    // With several slots the tree's sequences come after the slots': a tree
+    // on slot 0 leaves slot 1 as it was.
+    LlamaCppOptions two_slots = tree_options(3);
+    two_slots.sequences = 2;
+    LlamaCppModel slots = LlamaCppModel::load(files.target.string(), two_slots);
+    const std::vector<Token> other{7, 302, 300, 11};
+    const specdec::SequenceFeed feeds[] = {{.slot = 0, .tokens = prefix}, {.slot = 1, .tokens = other}};
+    (void)slots.forward_batch(feeds);
+    const LogitsView tree_rows = slots.forward_tree(std::vector<Token>{300, 301, 302}, std::vector<std::int32_t>{-1, -1, 1});
+    std::vector<Token> path = prefix;
+    path.push_back(301);
+    path.push_back(302);
+    check_close(copy_row(tree_rows, 2), chain_row(reference, path));
+    slots.commit_tree(std::vector<std::int32_t>{1, 2});
+    CHECK(slots.cached_tokens(0) == prefix.size() + 2);
+    CHECK(slots.cached_tokens(1) == other.size());
+    const std::vector<Token> next{321};
+    const specdec::SequenceFeed again[] = {{.slot = 1, .tokens = next}};
+    std::vector<Token> other_next = other;
+    other_next.push_back(321);
+    check_close(copy_row(slots.forward_batch(again), 0), chain_row(reference, other_next), kReorderedTolerance);
 }
 
 TEST_CASE("llama.cpp adapter: tree passes refuse a context without tree_leaves, too many leaves, bad parents and paths, "
