@@ -54,6 +54,7 @@
 #include "specdec/decoding/tree_shape.hpp"
 #include "specdec/decoding/verification.hpp"
 #include "specdec/decoding/verify_only.hpp"
+#include "specdec/decoding/verify_tree.hpp"
 #include "specdec/sampling/acceptance.hpp"
 #include "specdec/sampling/logit_adjustments.hpp"
 #include "specdec/sampling/logits_processing.hpp"
