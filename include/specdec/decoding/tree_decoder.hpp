@@ -36,6 +36,7 @@
 #include "specdec/decoding/roles.hpp"
 #include "specdec/decoding/session.hpp"
 #include "specdec/decoding/tree_policy.hpp"
+#include "specdec/decoding/tree_pass.hpp"
 #include "specdec/decoding/tree_shape.hpp"
 #include "specdec/sampling/tree_acceptance.hpp"
 
@@ -103,15 +104,16 @@ public:
         // One tree pass: the uncached history as a chain, then the tree under its last token.
         const std::size_t chain = this->feed_pass(step, tree.tokens);
         const LogitsView logits =
-            detail::timed(stats.target_seconds, [&] { return target_.forward_tree(feed_, pass_parents(chain, tree)); });
+            detail::timed(stats.target_seconds,
+                          [&] { return target_.forward_tree(feed_, detail::tree_pass_parents(chain, tree, parents_)); });
         const TreeVerdict verdict = detail::timed(stats.acceptance_seconds, [&] {
             rows_.reset(logits, chain - 1, index_, options_.sampling, step.committed);
             return options_.sampling.greedy() ? accept_tree_greedy(tree, rows_, index_) : rule_(tree, rows_, index_, rng);
         });
-        check_path(verdict.path, tree);
+        detail::check_tree_path(verdict.path, tree);
 
         // Commit the uncached chain and the accepted path; the next token stays pending.
-        target_.commit_tree(committed_nodes(chain, verdict.path), feed_);
+        target_.commit_tree(detail::tree_pass_commit(chain, verdict.path, commit_), feed_);
         const auto token_of = [&tree](std::int32_t node) { return tree.tokens[static_cast<std::size_t>(node)]; };
         this->emit(step, verdict.path | std::views::transform(token_of), verdict.next_token, on_token);
         count_tests(verdict.path, tree, stats);
@@ -161,37 +163,6 @@ private:
         stats.accepted_at_position.assign(index_.max_depth(), 0);
         for (std::size_t i = 0; i < tree.size(); ++i)
             ++stats.proposed_at_position[index_.depth(static_cast<std::int32_t>(i)) - 1];
-    }
-
-    // Parents in the pass: the uncached chain in a line, the tree's roots under its last token.
-    std::span<const std::int32_t> pass_parents(std::size_t chain, const TreeProposal& tree) {
-        parents_.clear();
-        for (std::size_t i = 0; i < chain; ++i) parents_.push_back(static_cast<std::int32_t>(i) - 1);
-        for (const std::int32_t parent : tree.parents)
-            parents_.push_back(parent < 0 ? static_cast<std::int32_t>(chain) - 1 : parent + static_cast<std::int32_t>(chain));
-        return parents_;
-    }
-
-    // Pass rows the target keeps: the uncached chain and the accepted path.
-    std::span<const std::int32_t> committed_nodes(std::size_t chain, const std::vector<std::int32_t>& path) {
-        commit_.clear();
-        for (std::size_t i = 0; i < chain; ++i) commit_.push_back(static_cast<std::int32_t>(i));
-        for (const std::int32_t node : path) commit_.push_back(node + static_cast<std::int32_t>(chain));
-        return commit_;
-    }
-
-    void check_path(const std::vector<std::int32_t>& path, const TreeProposal& tree) const {
-        std::int32_t parent = -1;
-        for (const std::int32_t node : path) {
-            if (node < 0 || static_cast<std::size_t>(node) >= tree.size() ||
-                tree.parents[static_cast<std::size_t>(node)] != parent) {
-                std::ostringstream message;
-                message << "tree acceptance rule returned node " << node
-                        << " in its path; expected a child of the path's previous node (" << parent << ")";
-                throw Error(message.str());
-            }
-            parent = node;
-        }
     }
 
     // Tested / accepted counts by depth and sibling rank, as the verifier

@@ -186,6 +186,21 @@ inline void check_verify_rows(const LogitsView& rows, std::size_t k, std::uint64
     for (std::size_t i = 0; i <= k; ++i) (void)checked_max_logit(rows.row(i), "target model", first_position + i);
 }
 
+// The model overloads' pending tokens: at least one (the last committed
+// token, whose row scores `scored`), every id inside the vocabulary.
+inline void check_pending(std::span<const Token> pending, std::size_t vocab, const char* function, const char* scored) {
+    if (pending.empty()) {
+        throw Error(std::string(function) + ": no pending token: the pass needs at least the last committed token, whose row "
+                    "scores " + scored);
+    }
+    for (const Token token : pending) {
+        if (token < 0 || static_cast<std::size_t>(token) >= vocab) {
+            throw Error(std::string(function) + ": pending token " + std::to_string(token) + " is outside the vocabulary [0, " +
+                        std::to_string(vocab) + ")");
+        }
+    }
+}
+
 }  // namespace detail
 
 // Verifies k drafts against the target's k + 1 rows (`target_rows`: row i
@@ -245,18 +260,9 @@ template <AcceptanceRule Rule = TokenwiseRejection>
 template <CausalLM Model, AcceptanceRule Rule = TokenwiseRejection>
 [[nodiscard]] VerifyResult verify_drafts(Model& target, std::span<const Token> pending, const DraftProposal& drafts,
                                          const SamplingOptions& sampling, const CounterRng& rng, const Rule& rule = {}) {
-    if (pending.empty()) {
-        throw Error("verify_drafts: no pending token: the pass needs at least the last committed token, whose row "
-                    "scores the first draft");
-    }
     const std::size_t vocab = target.vocab_size();
+    detail::check_pending(pending, vocab, "verify_drafts", "the first draft");
     detail::check_verify_drafts(drafts, vocab, sampling);
-    for (const Token token : pending) {
-        if (token < 0 || static_cast<std::size_t>(token) >= vocab) {
-            throw Error("verify_drafts: pending token " + std::to_string(token) + " is outside the vocabulary [0, " +
-                        std::to_string(vocab) + ")");
-        }
-    }
     const std::size_t k = drafts.size();
     const std::size_t before = target.cached_tokens();
     const std::uint64_t first_position = before + pending.size();

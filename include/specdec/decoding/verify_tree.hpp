@@ -37,6 +37,7 @@
 #include "specdec/core/tree_proposal.hpp"
 #include "specdec/core/types.hpp"
 #include "specdec/decoding/cache_checks.hpp"
+#include "specdec/decoding/tree_pass.hpp"
 #include "specdec/decoding/verify_only.hpp"
 #include "specdec/sampling/tree_acceptance.hpp"
 
@@ -84,14 +85,9 @@ template <TreeAcceptanceRule Rule = RecursiveRejection>
     index.build(tree);
     rows.reset(target_rows, 0, index, sampling, first_position);
     const TreeVerdict verdict = sampling.greedy() ? accept_tree_greedy(tree, rows, index) : rule(tree, rows, index, rng);
+    detail::check_tree_path(verdict.path, tree);
     TreeVerifyResult result;
-    std::int32_t parent = -1;
-    for (const std::int32_t node : verdict.path) {
-        if (node < 0 || static_cast<std::size_t>(node) >= tree.size() || tree.parents[static_cast<std::size_t>(node)] != parent)
-            throw Error("verify_tree: the tree acceptance rule returned a path that is not a root-to-node path of the tree");
-        result.tokens.push_back(tree.tokens[static_cast<std::size_t>(node)]);
-        parent = node;
-    }
+    for (const std::int32_t node : verdict.path) result.tokens.push_back(tree.tokens[static_cast<std::size_t>(node)]);
     result.path = verdict.path;
     result.next_token = verdict.next_token;
     result.tokens.push_back(verdict.next_token);
@@ -109,27 +105,15 @@ template <TreeAcceptanceRule Rule = RecursiveRejection>
 template <TreeLM Model, TreeAcceptanceRule Rule = RecursiveRejection>
 [[nodiscard]] TreeVerifyResult verify_tree(Model& target, std::span<const Token> pending, const TreeProposal& tree,
                                            const SamplingOptions& sampling, const CounterRng& rng, const Rule& rule = {}) {
-    if (pending.empty()) {
-        throw Error("verify_tree: no pending token: the pass needs at least the last committed token, whose row "
-                    "scores the tree's first level");
-    }
     const std::size_t vocab = target.vocab_size();
+    detail::check_pending(pending, vocab, "verify_tree", "the tree's first level");
     detail::check_verify_tree(tree, vocab, sampling);
-    for (const Token token : pending) {
-        if (token < 0 || static_cast<std::size_t>(token) >= vocab) {
-            throw Error("verify_tree: pending token " + std::to_string(token) + " is outside the vocabulary [0, " +
-                        std::to_string(vocab) + ")");
-        }
-    }
     const std::size_t before = target.cached_tokens();
     const std::size_t chain = pending.size();
     std::vector<Token> feed(pending.begin(), pending.end());
     feed.insert(feed.end(), tree.tokens.begin(), tree.tokens.end());
-    std::vector<std::int32_t> parents;
-    for (std::size_t i = 0; i < chain; ++i) parents.push_back(static_cast<std::int32_t>(i) - 1);
-    for (const std::int32_t parent : tree.parents)
-        parents.push_back(parent < 0 ? static_cast<std::int32_t>(chain) - 1 : static_cast<std::int32_t>(chain) + parent);
-    const LogitsView all = target.forward_tree(std::span<const Token>(feed), std::span<const std::int32_t>(parents));
+    std::vector<std::int32_t> nodes;
+    const LogitsView all = target.forward_tree(std::span<const Token>(feed), detail::tree_pass_parents(chain, tree, nodes));
     detail::check_cache_grew(target, before, 0, "target", "forward_tree (which must not grow the cache)");
     TreeVerifyResult result;
     try {
@@ -145,11 +129,8 @@ template <TreeLM Model, TreeAcceptanceRule Rule = RecursiveRejection>
         target.commit_tree(std::span<const std::int32_t>{});
         throw;
     }
-    std::vector<std::int32_t> committed;
-    for (std::size_t i = 0; i < chain; ++i) committed.push_back(static_cast<std::int32_t>(i));
-    for (const std::int32_t node : result.path) committed.push_back(static_cast<std::int32_t>(chain) + node);
-    target.commit_tree(std::span<const std::int32_t>(committed));
-    detail::check_cache_grew(target, before, committed.size(), "target", "commit_tree");
+    target.commit_tree(detail::tree_pass_commit(chain, result.path, nodes));
+    detail::check_cache_grew(target, before, chain + result.path.size(), "target", "commit_tree");
     return result;
 }
 
