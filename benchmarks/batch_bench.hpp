@@ -156,6 +156,7 @@ struct LearnedBatchCosts {
     std::vector<std::pair<std::size_t, double>> target_pass_seconds;  // (tokens in the pass, V)
     std::vector<std::pair<std::size_t, double>> draft_round_seconds;  // (sequences in the round, D)
     std::vector<double> pooled_acceptance;                            // a_m, m = 0 .. cap - 1
+    double request_prior_strength = 0.0;  // pseudo-samples of the pooled a_m in a request's own
 };
 
 struct BatchSizeResult {
@@ -598,6 +599,7 @@ template <class Target, class Draft>
         for (std::size_t b = 1; b <= batch; b *= 2)
             if (const double d = model.draft_round_seconds(b); d >= 0.0) costs.draft_round_seconds.emplace_back(b, d);
         for (std::size_t m = 0; m < settings.auto_max_draft_tokens; ++m) costs.pooled_acceptance.push_back(model.pooled_acceptance(m));
+        costs.request_prior_strength = model.request_prior_strength();
     }
     report.wall_seconds = std::chrono::duration<double>(detail::BatchClock::now() - start).count();
     return report;

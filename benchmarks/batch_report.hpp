@@ -178,7 +178,8 @@ inline void print_batch_table(std::ostream& out, const BatchReport& report, Repo
 
     out << "\n"
         << detail::wrap("what the auto policy learned at each batch size: V(n) = target pass over n tokens, D(b) = "
-                        "draft round over b sequences (ms), a_m = pooled acceptance of draft m",
+                        "draft round over b sequences (ms), a_m = pooled acceptance of draft m, s = pseudo-samples of "
+                        "the pooled a_m in a request's own estimate (learned from how much the requests differ)",
                         0);
     for (const BatchSizeResult& s : report.sizes) {
         std::string text = detail::format("B=%zu  V:", s.batch);
@@ -187,6 +188,7 @@ inline void print_batch_table(std::ostream& out, const BatchReport& report, Repo
         for (const auto& [b, d] : s.auto_costs.draft_round_seconds) text += detail::format(" %zu:%.2f", b, 1e3 * d);
         text += "  a:";
         for (const double a : s.auto_costs.pooled_acceptance) text += detail::format(" %.2f", a);
+        text += detail::format("  s: %.0f", s.auto_costs.request_prior_strength);
         out << detail::wrap(text, 6);
     }
     out << "\n"
@@ -292,7 +294,8 @@ inline void print_batch_report(std::ostream& out, const BatchReport& report, Rep
                                                                     : json(nullptr)},
              {"variants", variants},
              {"auto_learned",
-              {{"target_pass_seconds", target}, {"draft_round_seconds", draft}, {"pooled_acceptance", s.auto_costs.pooled_acceptance}}}});
+              {{"target_pass_seconds", target}, {"draft_round_seconds", draft}, {"pooled_acceptance", s.auto_costs.pooled_acceptance},
+               {"request_prior_strength", s.auto_costs.request_prior_strength}}}});
     }
     const BatchSettings& st = report.settings;
     const auto crossover = report.crossover();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -47,27 +48,45 @@ std::uint64_t scramble(std::uint64_t z) {
 // (else every one has `cap`). With odd_sequences_reject, half the requests
 // accept every draft and half none. From step reject_from to reject_until
 // every draft is rejected (a request turned to text its draft cannot guess).
+// With accept_probability >= 0, each draft is instead accepted with that
+// probability, independently (seeded by step, slot and position). With
+// request_steps > 0, each slot's request retires after that many steps and
+// a new one (a new id) takes its place, as a server's do. With
+// seconds_by_width given, a pass over n tokens costs seconds_by_width[n]
+// (lumpy, as a CPU's tiles make it) instead of base + per_token n.
 struct ScriptedBatch {
     double base = 0.010, per_token = 0.0, hidden = 0.0, catch_up = 0.0, jitter = 0.0;
     std::size_t sequences = 8, cap = 4;
     bool split_by_length = false;
     std::vector<std::size_t> caps{};
     bool odd_sequences_reject = false;  // even sequences then accept every draft, odd ones none
+    bool even_sequences_reject = false;  // the other way round (the search, where estimates tie, starts with sequence 0)
     std::size_t period = 3;  // drafts are accepted up to the position where step + sequence + position is period - 1
     std::size_t hidden_until = static_cast<std::size_t>(-1);
     std::size_t reject_from = static_cast<std::size_t>(-1), reject_until = static_cast<std::size_t>(-1);
+    double accept_probability = -1.0;
+    std::size_t request_steps = 0;
+    std::vector<double> seconds_by_width{};
 
     struct Counts {
         std::size_t steps = 0, drafting_steps = 0, drafts = 0;
         std::size_t tokens = 0;         // emitted in the counted steps
         double seconds = 0.0;           // their time
         std::size_t unequal_plans = 0;  // plans not of the form min(K, cap_i) for one K (all steps)
+        std::size_t rejecting_drafts = 0;  // drafts of the requests that accept none (odd or even_sequences_reject)
+        std::size_t steps_all_drafting = 0;  // counted steps in which every sequence drafted
     };
+
+    [[nodiscard]] bool accepts(std::size_t step, std::size_t i, std::size_t position) const {
+        const std::uint64_t z = scramble(0x9E3779B97F4A7C15ull * (step + 1) + 0xD1B54A32D192ED03ull * (i + 1) + position);
+        return static_cast<double>(z >> 11) * 0x1.0p-53 < accept_probability;
+    }
 
     // The target pass over feeds of lengths[i] + 1 tokens.
     [[nodiscard]] double pass_seconds(const std::vector<std::size_t>& lengths) const {
         std::size_t width = 0;
         for (const std::size_t k : lengths) width += k + 1;
+        if (!seconds_by_width.empty()) return seconds_by_width.at(width);
         if (!split_by_length) return base + per_token * static_cast<double>(width);
         std::vector<std::size_t> levels;
         for (const std::size_t k : lengths) levels.push_back(k + 1);
@@ -94,6 +113,11 @@ struct ScriptedBatch {
         std::vector<double> round_seconds;
         std::vector<std::size_t> last_drafted(sequences, 0);
         for (std::size_t step = 0; step < steps; ++step) {
+            if (request_steps > 0 && step > 0 && step % request_steps == 0)
+                for (std::size_t i = 0; i < sequences; ++i) {
+                    policy.forget(queries[i].id);
+                    queries[i].id += sequences;
+                }
             policy.plan(queries, lengths);
             const std::size_t longest = *std::max_element(lengths.begin(), lengths.end());
             for (std::size_t i = 0; i < sequences; ++i)
@@ -109,9 +133,12 @@ struct ScriptedBatch {
                 std::size_t accepted = 0;
                 if (step >= reject_from && step < reject_until) accepted = 0;
                 else if (odd_sequences_reject) accepted = i % 2 == 0 ? k : 0;
+                else if (even_sequences_reject) accepted = i % 2 == 1 ? k : 0;
+                else if (accept_probability >= 0.0)
+                    while (accepted < k && accepts(step, i, accepted)) ++accepted;
                 else
                     while (accepted < k && (step + i + accepted) % period != period - 1) ++accepted;
-                outcomes.push_back({i, k, accepted});
+                outcomes.push_back({queries[i].id, k, accepted});
                 emitted += accepted + 1;
                 width += k + 1;
                 most = std::max(most, k);
@@ -146,6 +173,9 @@ struct ScriptedBatch {
                 counts.drafts += drafts;
                 counts.tokens += emitted;
                 counts.seconds += total;
+                counts.steps_all_drafting += std::all_of(lengths.begin(), lengths.end(), [](std::size_t k) { return k > 0; });
+                if (odd_sequences_reject || even_sequences_reject)
+                    for (std::size_t i = odd_sequences_reject ? 1 : 0; i < sequences; i += 2) counts.rejecting_drafts += lengths[i];
             }
         }
         return counts;
@@ -395,4 +425,57 @@ TEST_CASE("AutoBatchLength plans equal lengths when the batched decoder's target
     AutoBatchLength told;
     told.target_splits_ragged_passes(true);
     CHECK(machine.run(told, 200, 50).unequal_plans == 0);
+}
+
+TEST_CASE("AutoBatchLength learns how far requests' acceptance differs: alike requests are read by the batch's "
+          "acceptance, unlike ones by their own",
+          "[batch_lengths]") {
+    // Two requests at a time, each accepting every draft with probability
+    // 0.8, retiring every 12 steps, on a pass whose cost jumps from 3 tokens
+    // to 4 (as the CPU's did at two sequences): one draft for each request
+    // beats one for a single request, but only by a little (a second
+    // request's first draft pays if it is accepted with 0.7 or more). A
+    // request judged by its own few samples reads as poor after a couple of
+    // unlucky rejections, drafts nothing and so is never measured again.
+    const std::vector<double> lumpy{0.0, 0.0, 0.0074, 0.0076, 0.0100, 0.0104, 0.0124, 0.0128, 0.0148, 0.0152, 0.0172};
+    const ScriptedBatch alike{.sequences = 2, .cap = 4, .accept_probability = 0.8, .request_steps = 12, .seconds_by_width = lumpy};
+    AutoBatchLength learned;
+    const auto alike_counts = alike.run(learned, 1500, 300);
+    INFO("learned s " << learned.request_prior_strength());
+    CHECK(learned.request_prior_strength() >= 64.0);  // 256 when all requests accept alike
+    // Negative control: each request read by its own counts (s = 4).
+    AutoBatchLength own_counts({.request_prior_strength = 4.0});
+    const auto own = alike.run(own_counts, 1500, 300);
+    const double learned_rate = static_cast<double>(alike_counts.tokens) / alike_counts.seconds;
+    const double own_rate = static_cast<double>(own.tokens) / own.seconds;
+    INFO("both drafting: learned " << alike_counts.steps_all_drafting << " of " << alike_counts.steps << ", own "
+                                   << own.steps_all_drafting << "; tokens/s learned " << learned_rate << ", own " << own_rate);
+    CHECK(alike_counts.steps_all_drafting > own.steps_all_drafting + own.steps / 10);
+    CHECK(learned_rate > 1.01 * own_rate);
+
+    // One request of the two accepts every draft and the other none, also
+    // retiring every 12 steps, on a pass where a draft row costs a twentieth
+    // of a plain pass: each request's own counts are the truth, and the
+    // learned strength falls to its floor. The accepting request drafts its
+    // cap; the other stops once a few rejections outweigh a row's cost.
+    const ScriptedBatch unlike{.base = 0.0074, .per_token = 0.0004, .sequences = 2, .cap = 4, .even_sequences_reject = true,
+                               .request_steps = 12};
+    AutoBatchLength learned_unlike;
+    const auto unlike_counts = unlike.run(learned_unlike, 1500, 300);
+    CHECK(learned_unlike.request_prior_strength() <= 2.0);
+    // Negative control: requests read by the batch's acceptance (s = 256)
+    // look alike, half good, and the accepting request drafts far less than
+    // it should.
+    AutoBatchLength pooled({.request_prior_strength = 256.0});
+    const auto pooled_counts = unlike.run(pooled, 1500, 300);
+    const double unlike_rate = static_cast<double>(unlike_counts.tokens) / unlike_counts.seconds;
+    const double pooled_rate = static_cast<double>(pooled_counts.tokens) / pooled_counts.seconds;
+    INFO("tokens/s learned " << unlike_rate << ", pooled " << pooled_rate);
+    CHECK(unlike_rate > 1.1 * pooled_rate);
+
+    AutoBatchLength::Options nonsense;
+    nonsense.request_prior_strength = 0.0;
+    CHECK_THROWS_WITH(AutoBatchLength(nonsense), Catch::Contains("request_prior_strength"));
+    nonsense.request_prior_strength = std::numeric_limits<double>::infinity();
+    CHECK_THROWS_WITH(AutoBatchLength(nonsense), Catch::Contains("request_prior_strength"));
 }

@@ -87,7 +87,15 @@ struct FixedBatchLength {
 // them), r the
 // acceptance work per verified row and o the rest of a step. a_{i,m} is the
 // acceptance of draft m of request i, shrunk towards the batch's pooled
-// estimate while the request has few samples of its own.
+// estimate while the request has few samples of its own. How hard it is
+// shrunk (the pseudo-samples s of the pooled estimate) is learned from how
+// much the requests' own first-draft acceptance really differs (empirical
+// Bayes, see RequestSpread): where requests accept alike, a request's few
+// samples are mostly noise, and one that happened to lose its first drafts
+// would otherwise read as poor, draft nothing, and so never be measured again
+// (at two sequences on a CPU, that starved one request of a batch of two in
+// most steps); where they differ (code beside chat), each request soon
+// follows its own counts.
 // The search adds one draft at a time to the sequence whose draft raises the
 // rate most (a draft's worth falls with its depth, its cost rises with the
 // width) and keeps the best point of that path, all k_i = 0 included: when the
@@ -140,7 +148,11 @@ public:
         double clear_margin = 1.25;               // what "clearly" means: drafting's tokens per second over plain's
         std::size_t widen_every = 4;    // a step in this many may time a pass twice the widest timed (see widen_past_timed)
         double decay = 0.98;            // per-step weight of older samples
-        double prior_strength = 4.0;    // pseudo-samples pulling a request's a_m to the pooled one
+        double prior_strength = 4.0;    // pseudo-samples pulling the pooled a_m to a_{m-1}
+        // Pseudo-samples pulling a request's a_m to the pooled one. Unset:
+        // learned from the spread of the requests' acceptance (RequestSpread),
+        // prior_strength until enough requests were measured.
+        std::optional<double> request_prior_strength{};
         // Every request of a step drafts the same number of tokens (or its cap,
         // where that is smaller), in warm-up, exploration and widening too: for
         // a target whose pass over feeds of unequal lengths costs more than
@@ -155,7 +167,10 @@ public:
 
     AutoBatchLength() : AutoBatchLength(Options{}) {}
     explicit AutoBatchLength(Options options)
-        : options_(options), pooled_(options.decay, options.prior_strength), equal_lengths_(options.equal_lengths.value_or(false)) {
+        : options_(options),
+          pooled_(options.decay, options.prior_strength),
+          request_strength_(options.request_prior_strength.value_or(options.prior_strength)),
+          equal_lengths_(options.equal_lengths.value_or(false)) {
         if (!(options_.decay > 0.0 && options_.decay <= 1.0)) {
             std::ostringstream message;
             message << "invalid AutoBatchLength decay = " << options_.decay << ": expected a value in (0, 1]";
@@ -165,6 +180,13 @@ public:
             std::ostringstream message;
             message << "invalid AutoBatchLength clear_margin = " << options_.clear_margin
                     << ": expected a finite ratio of at least 1 (drafting's tokens per second over plain decoding's)";
+            throw Error(message.str());
+        }
+        if (options_.request_prior_strength &&
+            !(*options_.request_prior_strength > 0.0 && *options_.request_prior_strength <= std::numeric_limits<double>::max())) {
+            std::ostringstream message;
+            message << "invalid AutoBatchLength request_prior_strength = " << *options_.request_prior_strength
+                    << ": expected a positive, finite number of pseudo-samples (or none: learned)";
             throw Error(message.str());
         }
         if (!(options_.prior_strength > 0.0)) {
@@ -186,6 +208,7 @@ public:
             }
             return;
         }
+        request_strength_ = options_.request_prior_strength.value_or(spread_.strength(requests_, options_.prior_strength));
         const double expected = equal_lengths_ ? search_equal(queries, lengths) : search(queries, lengths);
         bool any = false;
         for (std::size_t i = 0; i < n; ++i) any = any || lengths[i] > 0;
@@ -259,6 +282,7 @@ public:
                 const double kept = m < s.accepted ? 1.0 : 0.0;
                 pooled_.count(m, 0, 1.0, kept);
                 own.add(m, kept);
+                if (m == 0) own.first.add(kept);
             }
         }
         pooled_chain_ = pooled_.chain();
@@ -275,7 +299,12 @@ public:
         }
     }
 
-    void forget(std::uint64_t id) { requests_.erase(id); }
+    void forget(std::uint64_t id) {
+        if (const auto found = requests_.find(id); found != requests_.end()) {
+            spread_.retire(found->second.first);
+            requests_.erase(found);
+        }
+    }
 
     // What the target says of its passes: whether one over feeds of unequal
     // lengths runs as several (see Options::equal_lengths, which, where set,
@@ -295,6 +324,9 @@ public:
         return pooled_chain_[std::min(m, pooled_chain_.size() - 1)];
     }
     [[nodiscard]] std::size_t steps_observed() const { return steps_; }
+    // The pseudo-samples of the pooled estimate in a request's a_m, as the
+    // last plan used them (learned unless request_prior_strength is set).
+    [[nodiscard]] double request_prior_strength() const { return request_strength_; }
     // Steps planned by widen_past_timed (drafting past the widest timed width).
     [[nodiscard]] std::size_t widened_steps() const { return widened_; }
     // Probes of a vetoed plan that beat the plain steps and ended the veto.
@@ -303,8 +335,18 @@ public:
     [[nodiscard]] std::size_t plain_probes_skipped() const { return plain_probes_skipped_; }
 
 private:
+    // A request's first drafts, every one counted alike (no decay): what
+    // RequestSpread compares across requests.
+    struct FirstDrafts {
+        double tested = 0.0, accepted = 0.0;
+        void add(double kept) {
+            tested += 1.0;
+            accepted += kept;
+        }
+    };
     // A request's own decayed counts by draft position.
     struct Counts {
+        FirstDrafts first;
         std::vector<double> tested, accepted;
         void age(double decay) {
             for (double& t : tested) t *= decay;
@@ -523,7 +565,7 @@ private:
     [[nodiscard]] double acceptance(const Counts* own, std::size_t m) const {
         const double prior = pooled_acceptance(m);
         if (own == nullptr || m >= own->tested.size()) return prior;
-        return (own->accepted[m] + options_.prior_strength * prior) / (own->tested[m] + options_.prior_strength);
+        return (own->accepted[m] + request_strength_ * prior) / (own->tested[m] + request_strength_);
     }
 
     // V and D where timed; before any timing, dear (one second), so that
@@ -537,6 +579,58 @@ private:
         const double d = draft_round_.at_or_above(b);
         return d < 0.0 ? 1.0 : d;
     }
+
+    // How far requests' acceptance differs, and so how many pseudo-samples
+    // s of the pooled estimate a request's own counts are set against. The
+    // requests' true first-draft acceptance p_i is taken to spread as a
+    // Beta of mean p and strength s (the prior of a_i = (x_i + s p) / (n_i + s));
+    // then n_i r_i (r_i = x_i / n_i) is beta-binomial, and the weighted spread
+    // S = sum_i n_i (r_i - p)^2 has the expectation
+    //   E S = p (1 - p) [(m - 1) + rho (N - m - sum_i n_i^2 / N + 1)],
+    //   rho = 1 / (s + 1)
+    // over m requests of N drafts in all (binomial noise alone: rho = 0). S
+    // measured gives rho, so s (the method of moments, clamped to
+    // [kFewest, kMost]). Counted: the requests in flight and the last
+    // kRetired retired ones, each with its first drafts (the most often
+    // tested); until kMinRequests requests with kMinDrafts drafts in all were
+    // seen, the fallback. Reads only past outcomes: exact as any plan.
+    class RequestSpread {
+    public:
+        void retire(const FirstDrafts& first) {
+            if (first.tested <= 0.0) return;
+            if (retired_.size() < kRetired) retired_.push_back(first);
+            else retired_[next_] = first;
+            next_ = (next_ + 1) % kRetired;
+        }
+        [[nodiscard]] double strength(const std::unordered_map<std::uint64_t, Counts>& active, double fallback) const {
+            double m = 0.0, n = 0.0, x = 0.0, n2 = 0.0, x2_over_n = 0.0;
+            const auto add = [&](const FirstDrafts& f) {
+                if (f.tested <= 0.0) return;
+                m += 1.0, n += f.tested, x += f.accepted, n2 += f.tested * f.tested;
+                x2_over_n += f.accepted * f.accepted / f.tested;
+            };
+            for (const FirstDrafts& f : retired_) add(f);
+            for (const auto& [id, counts] : active) add(counts.first);
+            if (m < kMinRequests || n < kMinDrafts) return fallback;
+            const double p = x / n;
+            const double binomial = p * (1.0 - p);
+            const double between = n - m - n2 / n + 1.0;
+            // All accepted or all rejected: no spread to measure; one draft
+            // each: spread and noise cannot be told apart.
+            if (!(binomial > 0.0) || !(between > 0.0)) return fallback;
+            const double spread = x2_over_n - n * p * p;  // S
+            const double rho = (spread / binomial - (m - 1.0)) / between;
+            if (!(rho > 1.0 / (kMost + 1.0))) return kMost;
+            return std::clamp(1.0 / rho - 1.0, kFewest, kMost);
+        }
+
+    private:
+        static constexpr std::size_t kRetired = 64;
+        static constexpr double kMinRequests = 8.0, kMinDrafts = 32.0;
+        static constexpr double kFewest = 1.0, kMost = 256.0;
+        std::vector<FirstDrafts> retired_;
+        std::size_t next_ = 0;
+    };
 
     // A step's predicted seconds: the target pass over `width` tokens, the
     // draft rounds' `draft` seconds, the acceptance work per verified row and
@@ -643,6 +737,8 @@ private:
     AcceptanceEstimate pooled_;
     std::vector<double> pooled_chain_;
     std::unordered_map<std::uint64_t, Counts> requests_;
+    RequestSpread spread_;
+    double request_strength_;  // what the last plan used
     PassCostCurve target_, draft_round_;
     RecentTimings row_, other_;
     std::vector<double> gain_, survive_;
