@@ -148,7 +148,7 @@ public:
         double clear_margin = 1.25;               // what "clearly" means: drafting's tokens per second over plain's
         std::size_t widen_every = 4;    // a step in this many may time a pass twice the widest timed (see widen_past_timed)
         double decay = 0.98;            // per-step weight of older samples
-        double prior_strength = 4.0;    // pseudo-samples pulling the pooled a_m to a_{m-1}
+        double prior_strength = 4.0;    // pseudo-samples pulling the pooled a_m to a_{m-1} (and a request's, see below)
         // Pseudo-samples pulling a request's a_m to the pooled one. Unset:
         // learned from the spread of the requests' acceptance (RequestSpread),
         // prior_strength until enough requests were measured.
