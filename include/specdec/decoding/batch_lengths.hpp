@@ -108,9 +108,9 @@ struct FixedBatchLength {
 // in turn across the batch): a large batch, whose pass is compute-bound, does
 // not pay a full-length draft for every sequence to learn that speculation
 // does not pay. Then one step in explore_every drafts one more per drafting
-// sequence than planned (when none drafts, one sequence drafts one token: the
-// width just above the plain pass and the acceptance stay measured at the
-// price of one row), or, in turn, none at all (a plain step: V at the
+// sequence than planned (when none drafts, one sequence drafts one token, or
+// two every other time: the widths just above the plain pass and the
+// acceptance stay measured at the price of a row or two), or, in turn, none at all (a plain step: V at the
 // batch's own width stays timed at the machine's current speed). While the
 // steps that drafted by plan beat the plain ones by clear_margin by both
 // counts below, those plain probes run only once in max_plain_probe_every
@@ -249,8 +249,13 @@ public:
                 // round and a pass twice as wide.
                 if (equal_looks_++ % 2 == 0) cap_all(queries, lengths, 1);
             } else if (up && !any) {
-                const std::size_t i = rotation_++ % n;  // one draft for one sequence: the cheapest look
-                lengths[i] = std::min<std::size_t>(1, queries[i].cap);
+                // One sequence drafts: the cheapest look. Every other look
+                // drafts two, so that a pass whose cost is lumpy (one token
+                // more dear, two more not, as tiles of even width make it) is
+                // timed past the first width too: untimed widths are priced
+                // as compute-bound, and the plan would never reach them.
+                const std::size_t i = rotation_++ % n;
+                lengths[i] = std::min<std::size_t>(1 + plain_looks_++ % 2, queries[i].cap);
             } else if (up) {
                 for (std::size_t i = 0; i < n; ++i)
                     if (lengths[i] > 0) lengths[i] = std::min(queries[i].cap, lengths[i] + 1);
@@ -626,7 +631,7 @@ private:
 
     private:
         static constexpr std::size_t kRetired = 64;
-        static constexpr double kMinRequests = 8.0, kMinDrafts = 32.0;
+        static constexpr double kMinRequests = 16.0, kMinDrafts = 128.0;
         static constexpr double kFewest = 1.0, kMost = 256.0;
         std::vector<FirstDrafts> retired_;
         std::size_t next_ = 0;
@@ -733,7 +738,7 @@ private:
 
     Options options_;
     std::size_t steps_ = 0, explorations_ = 0, rotation_ = 0, widened_ = 0, veto_lifts_ = 0, equal_looks_ = 0;
-    std::size_t last_plain_probe_ = 0, plain_probes_skipped_ = 0;
+    std::size_t last_plain_probe_ = 0, plain_probes_skipped_ = 0, plain_looks_ = 0;
     AcceptanceEstimate pooled_;
     std::vector<double> pooled_chain_;
     std::unordered_map<std::uint64_t, Counts> requests_;
