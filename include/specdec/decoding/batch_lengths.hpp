@@ -208,7 +208,9 @@ public:
             }
             return;
         }
-        request_strength_ = options_.request_prior_strength.value_or(spread_.strength(requests_, options_.prior_strength));
+        // Measured only where not fixed (value_or would measure it anyway).
+        request_strength_ = options_.request_prior_strength ? *options_.request_prior_strength
+                                                            : spread_.strength(requests_, options_.prior_strength);
         const double expected = equal_lengths_ ? search_equal(queries, lengths) : search(queries, lengths);
         bool any = false;
         for (std::size_t i = 0; i < n; ++i) any = any || lengths[i] > 0;
