@@ -53,7 +53,9 @@ std::uint64_t scramble(std::uint64_t z) {
 // request_steps > 0, each slot's request retires after that many steps and
 // a new one (a new id) takes its place, as a server's do. With
 // seconds_by_width given, a pass over n tokens costs seconds_by_width[n]
-// (lumpy, as a CPU's tiles make it) instead of base + per_token n.
+// (lumpy, as a CPU's tiles make it) instead of base + per_token n. From step
+// change_at on, the pass costs base_after + per_token_after n instead (a
+// shared host whose memory traffic from elsewhere stopped).
 struct ScriptedBatch {
     double base = 0.010, per_token = 0.0, hidden = 0.0, catch_up = 0.0, jitter = 0.0;
     std::size_t sequences = 8, cap = 4;
@@ -67,6 +69,8 @@ struct ScriptedBatch {
     double accept_probability = -1.0;
     std::size_t request_steps = 0;
     std::vector<double> seconds_by_width{};
+    std::size_t change_at = static_cast<std::size_t>(-1);
+    double base_after = 0.0, per_token_after = 0.0;
 
     struct Counts {
         std::size_t steps = 0, drafting_steps = 0, drafts = 0;
@@ -83,9 +87,10 @@ struct ScriptedBatch {
     }
 
     // The target pass over feeds of lengths[i] + 1 tokens.
-    [[nodiscard]] double pass_seconds(const std::vector<std::size_t>& lengths) const {
+    [[nodiscard]] double pass_seconds(const std::vector<std::size_t>& lengths, std::size_t step) const {
         std::size_t width = 0;
         for (const std::size_t k : lengths) width += k + 1;
+        if (step >= change_at) return base_after + per_token_after * static_cast<double>(width);
         if (!seconds_by_width.empty()) return seconds_by_width.at(width);
         if (!split_by_length) return base + per_token * static_cast<double>(width);
         std::vector<std::size_t> levels;
@@ -158,7 +163,7 @@ struct ScriptedBatch {
                 last_drafted[i] = step;
             }
             if (most > 0) round_seconds[0] += catch_up * static_cast<double>(lagging);
-            double target = pass_seconds(lengths);
+            double target = pass_seconds(lengths, step);
             if (jitter > 0.0) {
                 const std::uint64_t z = scramble(0x9E3779B97F4A7C15ull * (step + 1));
                 target *= 1.0 + jitter * (2.0 * static_cast<double>(z >> 11) * 0x1.0p-53 - 1.0);
@@ -275,6 +280,34 @@ TEST_CASE("AutoBatchLength probes plain decoding rarely while drafting clearly w
     AutoBatchLength::Options nonsense;
     nonsense.clear_margin = 0.9;
     CHECK_THROWS_WITH(AutoBatchLength(nonsense), Catch::Contains("clear_margin"));
+}
+
+TEST_CASE("AutoBatchLength compares drafting with plain steps of its own time", "[batch_lengths]") {
+    // 32 requests. For 60 steps the pass is slow and flat (80 ms + 0.2 ms a
+    // token: traffic from elsewhere holds the memory bus) and drafting pays;
+    // then it turns fast and compute-bound (4 ms + 1.8 ms a token), where
+    // drafting loses about 5%. The plan's drafting steps re-time the wide
+    // passes at once, but the batch's own width and the plain rate are timed
+    // only by plain probes: read over their last 16 samples, both stay those
+    // of the slow host for hundreds of steps, and the plan kept drafting in
+    // 145 of the 300 steps from step 80 at 494 tokens/s against 519 plain.
+    const ScriptedBatch changed{.base = 0.080, .per_token = 0.0002, .sequences = 32, .cap = 4, .change_at = 60,
+                                .base_after = 0.004, .per_token_after = 0.0018};
+    AutoBatchLength policy;
+    const auto counts = changed.run(policy, 380, 80);
+    CHECK(policy.plain_refreshes() > 0);
+    CHECK(counts.drafting_steps <= counts.steps / 16);
+    const double plain_rate = 32.0 / (0.004 + 0.0018 * 32);
+    CHECK(static_cast<double>(counts.tokens) / counts.seconds >= 0.98 * plain_rate);
+
+    // Negative control: a host that only turns faster, its pass still flat,
+    // keeps drafting, the fresher plain rate notwithstanding.
+    ScriptedBatch faster = changed;
+    faster.base_after = 0.060;
+    faster.per_token_after = 0.0002;
+    AutoBatchLength other;
+    const auto drafted = faster.run(other, 380, 80);
+    CHECK(drafted.drafting_steps >= drafted.steps * 9 / 10);
 }
 
 TEST_CASE("AutoBatchLength drafts again soon after a stretch of rejected drafts, and keeps a veto on costs",

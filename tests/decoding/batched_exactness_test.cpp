@@ -389,6 +389,9 @@ TEST_CASE("batched decoding with a draft model is exact per request among batch 
         CHECK(counts->lengths[k] < counts->samples);
     }
     CHECK(tokenwise_policy.steps_observed() > kSamples);
+    // Plain steps that refresh a stale plain rate ran among the sampled steps.
+    CHECK(tokenwise_policy.plain_refreshes() > 0);
+    CHECK(block_policy.plain_refreshes() > 0);
 }
 
 TEST_CASE("batched decoding is exact per request when AutoBatchLength gives every request of a step one length "

@@ -237,6 +237,15 @@ public:
             step_kind_ = StepKind::other;
             return;
         }
+        if (any && !explore && plain_rate_stale(n)) {
+            // The plan's recent steps have no plain steps of their time to be
+            // compared with: one now (see plain_rate_stale).
+            std::fill(lengths.begin(), lengths.end(), 0);
+            step_kind_ = StepKind::other;
+            last_plain_probe_ = steps_;
+            ++plain_refreshes_;
+            return;
+        }
         if (!explore && options_.widen_every > 0 && steps_ % options_.widen_every == options_.widen_every / 2 &&
             widen_past_timed(queries, lengths)) {
             ++widened_;
@@ -340,6 +349,8 @@ public:
     [[nodiscard]] std::size_t veto_lifts() const { return veto_lifts_; }
     // Plain probes left out because drafting clearly won (the plan ran instead).
     [[nodiscard]] std::size_t plain_probes_skipped() const { return plain_probes_skipped_; }
+    // Plain steps run because the plain rate was older than the plan's steps.
+    [[nodiscard]] std::size_t plain_refreshes() const { return plain_refreshes_; }
 
 private:
     // A request's first drafts, every one counted alike (no decay): what
@@ -466,37 +477,70 @@ private:
         return outcome.total_seconds - outcome.draft_round_seconds.front() + std::min(usual, outcome.draft_round_seconds.front());
     }
 
+    // Steps over which the plain rate that may veto a plan is read: the plain
+    // probes of a plan that drafts come every 2 explore_every steps, so this
+    // holds two or three of them (see plain_rate_stale).
+    [[nodiscard]] std::size_t plain_horizon() const { return 5 * options_.explore_every; }
+
     // Whether the recent steps that drafted by plan were slower than the
-    // recent plain ones by either count, at n sequences (plain steps timed at
-    // least three times, planned ones four; the emitted count over the last
-    // kEmittedHorizon steps).
+    // recent plain ones by either count, at n sequences (four planned steps
+    // at least; the emitted count over the last kEmittedHorizon steps). The
+    // plain rate is that of the last plain_horizon() steps where two or more
+    // plain steps were timed there, else of the last 16 plain steps (three
+    // at least): a batch whose size keeps changing may not time every size
+    // that often, and a plain rate of long ago still answers a plan that
+    // loses by far.
     [[nodiscard]] bool drafting_lost(std::size_t n) const {
-        const DraftingRates d = drafting_rates(n);
+        DraftingRates d = drafting_rates(n, plain_horizon(), 2);
+        if (d.plain == 0.0) d = drafting_rates(n, steps_, 3);
         return (d.expected && *d.expected < d.plain) || (d.emitted && *d.emitted < d.plain);
     }
 
-    // Whether the recent steps that drafted by plan beat the recent plain
-    // ones by clear_margin by both counts, at n sequences (with as many
-    // samples as drafting_lost asks for).
+    // Whether the recent steps that drafted by plan beat the plain ones since
+    // the last rare probe (one at least: max_plain_probe_every steps, and up
+    // to the exploring step that ran it) by clear_margin by both counts, at n
+    // sequences.
     [[nodiscard]] bool drafting_clearly_won(std::size_t n) const {
-        const DraftingRates d = drafting_rates(n);
+        const DraftingRates d = drafting_rates(n, options_.max_plain_probe_every + 2 * options_.explore_every, 1);
         const double bar = options_.clear_margin * d.plain;
         return d.expected && *d.expected >= bar && d.emitted && *d.emitted >= bar;
     }
 
-    // The recent plain rate at n sequences (0 with fewer than three plain
-    // steps timed) and the drafting steps' rates by the two counts, each
-    // where it has four samples (the emitted one over kEmittedHorizon steps).
+    // Whether the plan drafted at n sequences in four of the last
+    // plain_horizon() steps while fewer than two plain steps there timed what
+    // it is compared with, and drafting does not clearly win: the next step
+    // then runs plain. Plain steps come once in 32 while a plan drafts; read
+    // over their last 16 samples, the plain rate spans 500 steps and the
+    // drafting rates 16. A host whose pass got faster in between (traffic
+    // from elsewhere that stopped) then reads a plan that loses as one that
+    // wins, and the stale V at the batch's own width, pooled with the fresh
+    // timings just above it, prices the wider passes as free: 32 requests on
+    // a scripted host drafted in half the steps at 0.95x plain decoding for
+    // hundreds of steps.
+    [[nodiscard]] bool plain_rate_stale(std::size_t n) const {
+        if (n >= rates_.size()) return false;
+        const ModeRates& r = rates_[n];
+        const std::size_t since = steps_ > plain_horizon() ? steps_ - plain_horizon() : 0;
+        return r.planned_expected.samples(since) >= 4 && r.plain.samples(since) < 2 && !drafting_clearly_won(n);
+    }
+
+    // The plain rate at n sequences over the plain steps of the last
+    // `horizon` steps (all of the last 16 where that reaches back to
+    // step 0; 0 with fewer than plain_samples of them), and the
+    // drafting steps' rates by the two counts, each where it has four samples
+    // (the emitted one over kEmittedHorizon steps).
     struct DraftingRates {
         double plain = 0.0;
         std::optional<double> expected, emitted;
     };
-    [[nodiscard]] DraftingRates drafting_rates(std::size_t n) const {
-        if (n >= rates_.size() || rates_[n].plain.samples() < 3) return {};
+    [[nodiscard]] DraftingRates drafting_rates(std::size_t n, std::size_t horizon, std::size_t plain_samples) const {
+        if (n >= rates_.size()) return {};
         const ModeRates& r = rates_[n];
+        const std::size_t plain_since = steps_ > horizon ? steps_ - horizon : 0;
+        if (r.plain.samples(plain_since) < plain_samples) return {};
         const std::size_t recent = steps_ > kEmittedHorizon ? steps_ - kEmittedHorizon : 0;
         DraftingRates d;
-        d.plain = r.plain.value();
+        d.plain = r.plain.value(plain_since);
         if (r.planned_expected.samples() >= 4) d.expected = r.planned_expected.value();
         if (r.planned_emitted.samples(recent) >= 4) d.emitted = r.planned_emitted.value(recent);
         return d;
@@ -740,7 +784,7 @@ private:
 
     Options options_;
     std::size_t steps_ = 0, explorations_ = 0, rotation_ = 0, widened_ = 0, veto_lifts_ = 0, equal_looks_ = 0;
-    std::size_t last_plain_probe_ = 0, plain_probes_skipped_ = 0, plain_looks_ = 0;
+    std::size_t last_plain_probe_ = 0, plain_probes_skipped_ = 0, plain_looks_ = 0, plain_refreshes_ = 0;
     AcceptanceEstimate pooled_;
     std::vector<double> pooled_chain_;
     std::unordered_map<std::uint64_t, Counts> requests_;
