@@ -157,6 +157,8 @@ struct LearnedBatchCosts {
     std::vector<std::pair<std::size_t, double>> draft_round_seconds;  // (sequences in the round, D)
     std::vector<double> pooled_acceptance;                            // a_m, m = 0 .. cap - 1
     double request_prior_strength = 0.0;  // pseudo-samples of the pooled a_m in a request's own
+    std::size_t plain_refreshes = 0;       // plain steps run to time a plain rate of the plan's own time
+    std::size_t plain_probes_skipped = 0;  // plain probes left out while drafting clearly won
 };
 
 struct BatchSizeResult {
@@ -600,6 +602,8 @@ template <class Target, class Draft>
             if (const double d = model.draft_round_seconds(b); d >= 0.0) costs.draft_round_seconds.emplace_back(b, d);
         for (std::size_t m = 0; m < settings.auto_max_draft_tokens; ++m) costs.pooled_acceptance.push_back(model.pooled_acceptance(m));
         costs.request_prior_strength = model.request_prior_strength();
+        costs.plain_refreshes = model.plain_refreshes();
+        costs.plain_probes_skipped = model.plain_probes_skipped();
     }
     report.wall_seconds = std::chrono::duration<double>(detail::BatchClock::now() - start).count();
     return report;

@@ -179,7 +179,9 @@ inline void print_batch_table(std::ostream& out, const BatchReport& report, Repo
     out << "\n"
         << detail::wrap("what the auto policy learned at each batch size: V(n) = target pass over n tokens, D(b) = "
                         "draft round over b sequences (ms), a_m = pooled acceptance of draft m, s = pseudo-samples of "
-                        "the pooled a_m in a request's own estimate (learned from how much the requests differ)",
+                        "the pooled a_m in a request's own estimate (learned from how much the requests differ), "
+                        "plain: steps run plain to time the plain rate of the plan's own time, and plain probes left "
+                        "out while drafting clearly won (every round)",
                         0);
     for (const BatchSizeResult& s : report.sizes) {
         std::string text = detail::format("B=%zu  V:", s.batch);
@@ -189,6 +191,8 @@ inline void print_batch_table(std::ostream& out, const BatchReport& report, Repo
         text += "  a:";
         for (const double a : s.auto_costs.pooled_acceptance) text += detail::format(" %.2f", a);
         text += detail::format("  s: %.0f", s.auto_costs.request_prior_strength);
+        text += detail::format("  plain: %zu run, %zu left out", s.auto_costs.plain_refreshes,
+                               s.auto_costs.plain_probes_skipped);
         out << detail::wrap(text, 6);
     }
     out << "\n"
@@ -295,7 +299,9 @@ inline void print_batch_report(std::ostream& out, const BatchReport& report, Rep
              {"variants", variants},
              {"auto_learned",
               {{"target_pass_seconds", target}, {"draft_round_seconds", draft}, {"pooled_acceptance", s.auto_costs.pooled_acceptance},
-               {"request_prior_strength", s.auto_costs.request_prior_strength}}}});
+               {"request_prior_strength", s.auto_costs.request_prior_strength},
+               {"plain_refreshes", s.auto_costs.plain_refreshes},
+               {"plain_probes_skipped", s.auto_costs.plain_probes_skipped}}}});
     }
     const BatchSettings& st = report.settings;
     const auto crossover = report.crossover();

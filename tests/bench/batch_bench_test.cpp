@@ -206,6 +206,8 @@ TEST_CASE("a tiny batch sweep counts the full-batch steps of every variant and r
         CHECK(automatic["chosen_lengths_last_round"].size() == report.sizes[s].variants[3].last_round_lengths.size());
         CHECK(size["variants"][0]["ratio_to_autoregressive"] == 1.0);
         CHECK(size["auto_learned"]["target_pass_seconds"].size() >= 1);
+        CHECK(size["auto_learned"]["plain_refreshes"] == report.sizes[s].auto_costs.plain_refreshes);
+        CHECK(size["auto_learned"]["plain_probes_skipped"] == report.sizes[s].auto_costs.plain_probes_skipped);
     }
     CHECK(json["models"]["target"]["name"] == report.target.name);
 

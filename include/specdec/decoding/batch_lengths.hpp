@@ -137,6 +137,10 @@ struct FixedBatchLength {
 // after kEmittedHorizon steps: a stretch of rejected drafts, which the
 // requests' own acceptance estimates already answer, would otherwise stop
 // the plan for every request until a probe (one step in 32) was lucky.
+// The plain steps compared are those of the plan's own time: a host's speed
+// drifts, and plain steps are rare while a plan drafts, so where the plan
+// lacks two plain steps among its recent ones a plain step runs to time one
+// (plain_rate_stale).
 class AutoBatchLength {
 public:
     struct Options {
