@@ -310,6 +310,42 @@ TEST_CASE("AutoBatchLength compares drafting with plain steps of its own time", 
     CHECK(drafted.drafting_steps >= drafted.steps * 9 / 10);
 }
 
+TEST_CASE("AutoBatchLength leaves plain decoding only for a plan that expects draft_margin more", "[batch_lengths]") {
+    // 16 requests on a pass of 70 ms that a 17th row leaves as it is (each
+    // row past it costs 4.5 ms), one draft per request accepted 9 times in
+    // 10, a draft round 2 ms: one request drafting one token expects 2.7%
+    // more tokens per second than plain decoding, a near tie that a cost the
+    // timings do not show (a draft cache catching up) or the plan's own
+    // optimism turns into a loss. Below the default margin (3%) the plan
+    // stays plain, but for its looks.
+    std::vector<double> widths(40, 0.0);
+    for (std::size_t w = 0; w < widths.size(); ++w) widths[w] = 0.070 + (w > 17 ? 0.0045 * double(w - 17) : 0.0);
+    const ScriptedBatch tie{.sequences = 16, .cap = 1, .accept_probability = 0.9, .seconds_by_width = widths};
+    AutoBatchLength policy;
+    const auto counts = tie.run(policy, 400, 100);
+    CHECK(counts.drafting_steps <= counts.steps / 16 + 1);
+
+    // Negative control: with no margin the same plan drafts in most steps.
+    AutoBatchLength::Options options;
+    options.draft_margin = 1.0;
+    AutoBatchLength eager(options);
+    const auto drafted = tie.run(eager, 400, 100);
+    CHECK(drafted.drafting_steps >= drafted.steps * 3 / 4);
+
+    // A plan that expects far more than the margin drafts as before: the
+    // 17th row and its neighbours free.
+    std::vector<double> flat(40, 0.070);
+    const ScriptedBatch gain{.sequences = 16, .cap = 1, .accept_probability = 0.9, .seconds_by_width = flat};
+    AutoBatchLength default_policy;
+    const auto paid = gain.run(default_policy, 400, 100);
+    CHECK(paid.drafting_steps >= paid.steps * 3 / 4);
+
+    // A margin below 1 would draft where the plan expects a loss: refused.
+    AutoBatchLength::Options nonsense;
+    nonsense.draft_margin = 0.97;
+    CHECK_THROWS_WITH(AutoBatchLength(nonsense), Catch::Contains("draft_margin"));
+}
+
 TEST_CASE("AutoBatchLength drafts again soon after a stretch of rejected drafts, and keeps a veto on costs",
           "[batch_lengths]") {
     // One request on a memory-bound pass (drafting two tokens: about 2 tokens

@@ -100,7 +100,12 @@ struct FixedBatchLength {
 // rate most (a draft's worth falls with its depth, its cost rises with the
 // width) and keeps the best point of that path, all k_i = 0 included: when the
 // pass is compute-bound the step is plain batched decoding, with no draft
-// round and no extra rows.
+// round and no extra rows. A plan that drafts must expect draft_margin (3%)
+// more tokens per second than plain decoding: a near tie, such as one
+// request's single draft in a large batch, loses to costs the timings do
+// not show (a draft cache catching up) and to the plan's own optimism (it
+// drafts for the requests whose estimates are highest), and is too close for
+// the check against realized rates below to settle.
 // Warm-up: the first steps alternate plain steps (V at the batch's width)
 // with drafting steps of warmup_length, 1, 2, ... drafts, so that V and D are
 // timed at several widths and acceptance at every position. Only a few
@@ -150,6 +155,7 @@ public:
         std::size_t explore_every = 16;
         std::size_t max_plain_probe_every = 128;  // a plain probe's interval while drafting clearly wins
         double clear_margin = 1.25;               // what "clearly" means: drafting's tokens per second over plain's
+        double draft_margin = 1.03;               // what a plan must expect over plain's tokens per second to draft
         std::size_t widen_every = 4;    // a step in this many may time a pass twice the widest timed (see widen_past_timed)
         double decay = 0.98;            // per-step weight of older samples
         double prior_strength = 4.0;    // pseudo-samples pulling the pooled a_m to a_{m-1} (and a request's, see below)
@@ -184,6 +190,13 @@ public:
             std::ostringstream message;
             message << "invalid AutoBatchLength clear_margin = " << options_.clear_margin
                     << ": expected a finite ratio of at least 1 (drafting's tokens per second over plain decoding's)";
+            throw Error(message.str());
+        }
+        if (!(options_.draft_margin >= 1.0 && options_.draft_margin <= std::numeric_limits<double>::max())) {
+            std::ostringstream message;
+            message << "invalid AutoBatchLength draft_margin = " << options_.draft_margin
+                    << ": expected a finite ratio of at least 1 (a plan's expected tokens per second over plain "
+                       "decoding's)";
             throw Error(message.str());
         }
         if (options_.request_prior_strength &&
@@ -710,7 +723,7 @@ private:
         survive_.assign(n, 1.0);
         double tokens = static_cast<double>(n), rounds = 0.0;
         std::size_t width = n, best_k = 0;
-        double best_rate = tokens / step_seconds(width, 0.0), best_tokens = tokens;
+        double best_rate = options_.draft_margin * tokens / step_seconds(width, 0.0), best_tokens = tokens;
         for (std::size_t k = 1; k <= most; ++k) {
             std::size_t drafting = 0;
             for (std::size_t i = 0; i < n; ++i) {
@@ -753,7 +766,7 @@ private:
         std::fill(lengths.begin(), lengths.end(), 0);
         double tokens = static_cast<double>(n), rounds = 0.0;
         std::size_t width = n;
-        double best_rate = tokens / step_seconds(width, 0.0), best_tokens = tokens;
+        double best_rate = options_.draft_margin * tokens / step_seconds(width, 0.0), best_tokens = tokens;
         best_.assign(lengths.begin(), lengths.end());
         for (;;) {
             std::size_t pick = n;
