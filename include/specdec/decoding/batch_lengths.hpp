@@ -494,6 +494,12 @@ private:
         return outcome.total_seconds - outcome.draft_round_seconds.front() + std::min(usual, outcome.draft_round_seconds.front());
     }
 
+    // The first step of the last `horizon` steps (0 while fewer were taken):
+    // what RecentRate's samples(since) and value(since) read from.
+    [[nodiscard]] std::size_t first_step_within(std::size_t horizon) const {
+        return steps_ > horizon ? steps_ - horizon : 0;
+    }
+
     // Steps over which the plain rate that may veto a plan is read: the plain
     // probes of a plan that drafts come every 2 explore_every steps, so this
     // holds two or three of them (see plain_rate_stale).
@@ -537,7 +543,7 @@ private:
     [[nodiscard]] bool plain_rate_stale(std::size_t n) const {
         if (n >= rates_.size()) return false;
         const ModeRates& r = rates_[n];
-        const std::size_t since = steps_ > plain_horizon() ? steps_ - plain_horizon() : 0;
+        const std::size_t since = first_step_within(plain_horizon());
         return r.planned_expected.samples(since) >= 4 && r.plain.samples(since) < 2 && !drafting_clearly_won(n);
     }
 
@@ -553,9 +559,9 @@ private:
     [[nodiscard]] DraftingRates drafting_rates(std::size_t n, std::size_t horizon, std::size_t plain_samples) const {
         if (n >= rates_.size()) return {};
         const ModeRates& r = rates_[n];
-        const std::size_t plain_since = steps_ > horizon ? steps_ - horizon : 0;
+        const std::size_t plain_since = first_step_within(horizon);
         if (r.plain.samples(plain_since) < plain_samples) return {};
-        const std::size_t recent = steps_ > kEmittedHorizon ? steps_ - kEmittedHorizon : 0;
+        const std::size_t recent = first_step_within(kEmittedHorizon);
         DraftingRates d;
         d.plain = r.plain.value(plain_since);
         if (r.planned_expected.samples() >= 4) d.expected = r.planned_expected.value();
