@@ -65,7 +65,10 @@ struct BatchSettings {
     std::uint64_t seed = 42;
     // The auto decoder of each batch size first serves one run untimed (on
     // other prompts), so that the rounds measure what it learned rather than
-    // its warm-up steps (cf. RunChoices::learn_auto_first).
+    // its warm-up steps (cf. RunChoices::learn_auto_first); every other
+    // decoder serves one request per slot of it, so that no variant's timed
+    // steps fault in the pages of its KV caches while auto's were faulted in
+    // untimed (KvCache touches a page when a position is first written).
     bool learn_auto_first = true;
 };
 
@@ -555,9 +558,13 @@ template <class Target, class Draft>
     };
     if (settings.learn_auto_first) {
         for (std::size_t s = 0; s < settings.batch_sizes.size(); ++s) {
-            if (progress) progress(settings.batch_sizes[s], "auto (learning, untimed)", 0, settings.rounds);
+            if (progress) progress(settings.batch_sizes[s], "auto learning, the others warming up (untimed)", 0, settings.rounds);
             const auto requests = requests_of(s, settings.rounds);
             (void)runners[s].back()->run(requests, settings);
+            // One request per slot writes every slot's positions up to where
+            // a timed request reaches, which is what a warm-up is for here.
+            const auto one_wave = std::span(requests).first(std::min(settings.batch_sizes[s], requests.size()));
+            for (std::size_t v = 0; v + 1 < runners[s].size(); ++v) (void)runners[s][v]->run(one_wave, settings);
         }
     }
     for (std::size_t round = 0; round < settings.rounds; ++round) {

@@ -226,7 +226,7 @@ inline void print_batch_report(std::ostream& out, const BatchReport& report, Rep
                        s.waves, s.min_requests, s.prompt_tokens, s.new_tokens, s.temperature,
                        verification_name(s),
                        s.rounds,
-                       s.learn_auto_first ? ", auto first serving one untimed run" : "",
+                       s.learn_auto_first ? ", auto first serving one untimed run and the others one request per slot" : "",
                        static_cast<unsigned long long>(s.seed)),
         9);
     out << detail::wrap("columns: x AR = tok/s / batched autoregressive tok/s (per round: the lowest-highest round); "

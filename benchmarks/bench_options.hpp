@@ -324,7 +324,8 @@ inline const std::vector<BenchFlag>& bench_flags() {
         {{"--cold-auto"}, "",
          "measure the auto rows from their first step (default: each auto row first\n"
          "generates once, untimed, on another prompt, as a serving process whose\n"
-         "decoder has already answered a request)",
+         "decoder has already answered a request; --batch: auto first serves one\n"
+         "run untimed, every other variant one request per slot)",
          [](Line& l, V, V) { l.options.learn_auto_first = false; }},
 
         {{"--batch"}, "LIST",
