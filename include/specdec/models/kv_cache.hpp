@@ -13,6 +13,7 @@
 #include <new>
 #include <string>
 
+#include "specdec/backends/cpu/aligned_vector.hpp"
 #include "specdec/core/error.hpp"
 
 namespace specdec {
@@ -62,15 +63,21 @@ private:
         };
         if (overflow) fail("the size overflows");
         try {
-            return new float[floats];
+            // On a cache line: attention reads each cached key and value with
+            // 32-byte loads (see backends/cpu/aligned_vector.hpp).
+            return static_cast<float*>(::operator new(floats * sizeof(float), std::align_val_t{cpu::kCacheLineBytes}));
         } catch (const std::bad_alloc&) {
             fail("cannot allocate it");
         }
         return nullptr;  // unreachable
     }
 
+    struct Release {
+        void operator()(float* p) const noexcept { ::operator delete(p, std::align_val_t{cpu::kCacheLineBytes}); }
+    };
+
     std::size_t capacity_ = 0, kv_heads_ = 0, head_dim_ = 0, size_ = 0;
-    std::unique_ptr<float[]> data_;
+    std::unique_ptr<float, Release> data_;
 };
 
 }  // namespace specdec

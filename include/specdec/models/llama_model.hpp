@@ -515,7 +515,7 @@ private:
 
     void reserve(std::size_t n) {
         const LlamaConfig& c = weights_.config;
-        auto grow = [](std::vector<float>& v, std::size_t size) {
+        auto grow = [](cpu::AlignedVector<float>& v, std::size_t size) {
             if (v.size() < size) v.resize(size);
         };
         grow(x_, n * c.embedding_dim);
@@ -625,7 +625,7 @@ private:
             const std::size_t h = task.head, kv_head = h / group, i = task.first_row;
             KvCache& cache = *row_cache_[i];
             const std::size_t first_visible = row_position_[i] + 1;
-            thread_local std::vector<float> scores;
+            thread_local cpu::AlignedVector<float> scores;
             scores.resize(std::max(scores.size(), task.rows * (first_visible + task.rows - 1)));
             cpu::attend_consecutive(&q_[i * c.embedding_dim + h * hd], c.embedding_dim, task.rows, first_visible,
                                     cache.keys(layer, kv_head, 0), cache.values(layer, kv_head, 0), hd, hd, scale,
@@ -690,7 +690,7 @@ private:
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
         pool_->parallel_for(n * heads, [&](std::size_t task) {
             const std::size_t i = task / heads, h = task % heads, kv_head = h / group;
-            thread_local std::vector<float> scores;
+            thread_local cpu::AlignedVector<float> scores;
             if (scores.size() < tree_visible_) scores.resize(tree_visible_);
             const std::size_t first_run = tree_run_offsets_[i];
             KvCache& cache = caches_.front();
@@ -708,7 +708,9 @@ private:
     std::vector<float> inverse_frequencies_;
     bool quantized_ = false;  // some matrix is block-quantised
     // Activations of the current forward, n rows each (reused between calls).
-    std::vector<float> x_, normed_, q_, k_, v_, attention_out_, gate_, up_, logits_, rope_cos_, rope_sin_;
+    // On cache lines: the kernels' 32-byte loads of a pass's activations must
+    // not straddle lines (aligned_vector.hpp).
+    cpu::AlignedVector<float> x_, normed_, q_, k_, v_, attention_out_, gate_, up_, logits_, rope_cos_, rope_sin_;
     // The pending tree: each node's parent (-1 = a child of the cache) and depth (1 = a child of the cache).
     std::vector<std::int32_t> pending_parents_;
     std::vector<std::size_t> pending_depths_;

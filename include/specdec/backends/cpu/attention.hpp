@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "specdec/backends/cpu/aligned_vector.hpp"
 #include "specdec/backends/cpu/gemm.hpp"
 #include "specdec/platform/x86.hpp"
 #include "specdec/backends/cpu/vector_ops.hpp"
@@ -64,7 +65,7 @@ inline void attend_block(const float* q, std::size_t q_stride, std::size_t queri
                          float* out, std::size_t out_stride) {
     const std::size_t positions = first_position + queries;
     thread_local detail::PackedColumns packed;
-    thread_local std::vector<float> scores, inverse_totals;
+    thread_local AlignedVector<float> scores, inverse_totals;
     if (scores.size() < queries * positions) scores.resize(queries * positions);
     if (inverse_totals.size() < queries) inverse_totals.resize(queries);
 
@@ -112,7 +113,7 @@ SPECDEC_AVX2_TARGET inline void attend_consecutive_avx2(const float* q, std::siz
                                                         std::size_t stride, std::size_t head_dim, float scale,
                                                         float* scores, float* out, std::size_t out_stride) {
     const std::size_t widest = first_visible + queries - 1;  // rows the last query sees; scores row stride
-    thread_local std::vector<float> max_scores, inverse_totals, sums;
+    thread_local AlignedVector<float> max_scores, inverse_totals, sums;
     max_scores.assign(queries, -INFINITY);
     inverse_totals.resize(queries);
     for (std::size_t b0 = 0; b0 < widest; b0 += kAttentionRowBlock) {

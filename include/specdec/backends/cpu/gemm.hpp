@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "specdec/backends/cpu/aligned_vector.hpp"
 #include "specdec/backends/cpu/dequantize.hpp"
 #include "specdec/platform/x86.hpp"
 #include "specdec/tensors/weight_matrix.hpp"
@@ -27,7 +28,7 @@ inline constexpr std::size_t kDepthSlice = 256;  // a row panel slice (16 KiB) a
 // Columns packed into strips of kStripColumns: value (k, j) of strip s at
 // s * depth * kStripColumns + k * kStripColumns + j; zeros past the last column.
 struct PackedColumns {
-    std::vector<float> values;
+    AlignedVector<float> values;
     std::size_t depth = 0;
     std::size_t columns = 0;
 
@@ -106,7 +107,7 @@ inline void pack_columns(const float* x, std::size_t x_stride, std::size_t colum
 // value (r, k) at (r / 16) * depth * 16 + k * 16 + r % 16; zero rows pad the
 // last panel.
 struct PackedRows {
-    std::vector<float> values;
+    AlignedVector<float> values;
     std::size_t rows = 0;
     std::size_t depth = 0;
 

@@ -21,6 +21,7 @@
 #include <limits>
 #include <vector>
 
+#include "specdec/backends/cpu/aligned_vector.hpp"
 #include "specdec/backends/cpu/weight_prefetch.hpp"
 #include "specdec/tensors/quant_blocks.hpp"
 #include "specdec/platform/x86.hpp"
@@ -30,19 +31,19 @@ namespace specdec::cpu {
 
 // `columns` activation vectors of `cols` values (cols a multiple of 32), quantised per block.
 struct Q8Activations {
-    std::vector<std::int8_t> values;  // column c, block b at (c * blocks + b) * 32
-    std::vector<float> scales;        // column c, block b at c * blocks + b
+    AlignedVector<std::int8_t> values;  // column c, block b at (c * blocks + b) * 32
+    AlignedVector<float> scales;        // column c, block b at c * blocks + b
     // 8 * the sums of each 4 consecutive values, 8 per block (column c, block b
     // at (c * blocks + b) * 8): what a dot product with unsigned weights u
     // must subtract, lane by lane, to become the one with u - 8 (Q4_0);
     // shifted left, with u - 16 (Q5_0) and u - 32 (Q6_K).
-    std::vector<std::int32_t> offset_sums;
+    AlignedVector<std::int32_t> offset_sums;
     // The same sums of 4 values times the block's scale, as floats: what a
     // float offset o per weight block (value = s u + o) multiplies.
-    std::vector<float> lane_sums;
+    AlignedVector<float> lane_sums;
     // The block's sum times its scale (column c, block b at c * blocks + b):
     // what the K types' per-sub-block mins multiply, 8 blocks at a time.
-    std::vector<float> block_sums;
+    AlignedVector<float> block_sums;
     std::size_t blocks = 0;
 
     [[nodiscard]] const std::int8_t* block(std::size_t c, std::size_t b) const { return &values[(c * blocks + b) * kQuantBlock]; }
