@@ -2,12 +2,13 @@
 // std::vector storage that starts on a cache line.
 //
 // The kernels read activations, packed operands and cached keys with 32-byte
-// loads at multiples of 32 bytes from a buffer's start. malloc aligns to 16
-// bytes only, so a buffer that happens to start 16 bytes into a line splits
-// every other load across two lines. Which buffers do depends on the order of
-// allocations, so two identical models in one process (or one model in two
-// processes) ran their passes at different speeds. Starting every such buffer
-// on a line makes a pass's speed independent of where its buffers landed.
+// (AVX2) or 64-byte (AVX-512) loads at multiples of that size from a buffer's
+// start. malloc aligns to 16 bytes only, so a buffer that happens to start 16
+// bytes into a line splits every other 32-byte load, and every 64-byte one,
+// across two lines. Which buffers do depends on the order of allocations, so
+// two identical models in one process (or one model in two processes) could
+// run the same passes at different speeds. Starting every such buffer on a
+// line makes a pass's speed independent of where its buffers landed.
 #include <cstddef>
 #include <new>
 #include <vector>
