@@ -65,7 +65,7 @@ private:
         try {
             // On a cache line: attention reads each cached key and value with
             // 32-byte loads (see backends/cpu/aligned_vector.hpp).
-            return static_cast<float*>(::operator new(floats * sizeof(float), std::align_val_t{cpu::kCacheLineBytes}));
+            return static_cast<float*>(cpu::allocate_cache_lines(floats * sizeof(float)));
         } catch (const std::bad_alloc&) {
             fail("cannot allocate it");
         }
@@ -73,7 +73,7 @@ private:
     }
 
     struct Release {
-        void operator()(float* p) const noexcept { ::operator delete(p, std::align_val_t{cpu::kCacheLineBytes}); }
+        void operator()(float* p) const noexcept { cpu::release_cache_lines(p); }
     };
 
     std::size_t capacity_ = 0, kv_heads_ = 0, head_dim_ = 0, size_ = 0;

@@ -17,6 +17,13 @@ namespace specdec::cpu {
 
 inline constexpr std::size_t kCacheLineBytes = 64;
 
+// `bytes` of uninitialised storage starting on a cache line (its pages are
+// touched only as they are written); freed by release_cache_lines.
+[[nodiscard]] inline void* allocate_cache_lines(std::size_t bytes) {
+    return ::operator new(bytes, std::align_val_t{kCacheLineBytes});
+}
+inline void release_cache_lines(void* p) noexcept { ::operator delete(p, std::align_val_t{kCacheLineBytes}); }
+
 template <class T>
 struct CacheLineAllocator {
     using value_type = T;
@@ -27,9 +34,9 @@ struct CacheLineAllocator {
 
     [[nodiscard]] T* allocate(std::size_t n) {
         if (n > static_cast<std::size_t>(-1) / sizeof(T)) throw std::bad_array_new_length();
-        return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{kCacheLineBytes}));
+        return static_cast<T*>(allocate_cache_lines(n * sizeof(T)));
     }
-    void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{kCacheLineBytes}); }
+    void deallocate(T* p, std::size_t) noexcept { release_cache_lines(p); }
 
     template <class U>
     bool operator==(const CacheLineAllocator<U>&) const noexcept {
