@@ -183,7 +183,7 @@ if(SPECDEC_HAS_CUDA)
   target_link_libraries(specdec_doc_snippets PRIVATE specdec::cuda)
 endif()
 target_include_directories(specdec_doc_snippets PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/readme ${CMAKE_CURRENT_SOURCE_DIR})
-target_compile_options(specdec_doc_snippets PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-missing-field-initializers -Wno-unused-variable -Wno-unused-but-set-variable>)
+target_compile_options(specdec_doc_snippets PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-missing-field-initializers -Wno-unused-variable -Wno-unused-but-set-variable -Wno-unused-parameter>)
 # GCC 12 reports aggregates holding a vector as maybe-uninitialized in their
 # destructors (a known false positive, silenced for the test binaries too).
 if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
