@@ -42,7 +42,9 @@ int main(int argc, char** argv) {
         specdec::LlamaModel target = specdec::LlamaModel::from_gguf(target_path);
         specdec::LlamaModel draft = specdec::LlamaModel::from_gguf(draft_path);
         const specdec::Tokenizer tokenizer = specdec::Tokenizer::from_gguf(specdec::gguf::File::open(target_path));
-        const std::vector<specdec::Token> prompt = tokenizer.encode(prompt_text, tokenizer.has_bos());
+        // BOS (and EOS) as the file asks (tokenizer.ggml.add_bos_token): a Llama file prepends BOS,
+        // a Qwen2 file, whose vocabulary has a BOS token, does not.
+        const std::vector<specdec::Token> prompt = tokenizer.encode(prompt_text);
 
         specdec::DecodingOptions options{.draft_tokens = 4, .sampling = {.temperature = 0.0}, .max_new_tokens = 64};
         if (tokenizer.has_eos()) options.stop_tokens = {tokenizer.eos()};
