@@ -411,7 +411,11 @@ private:
 
     // A sliding-window cache that is not full size (a borrowed context with
     // swa_full off) forgets positions: after a rollback to n, the next token
-    // attends to n - window .. n - 1, which must all still be there.
+    // attends to at most the window before it, which must still be there.
+    // llama.h does not say the window's kind (standard, chunked), so the
+    // check asks for position n - window, one more than a standard window
+    // reads and no more than a chunked one: it may refuse at the boundary,
+    // never accept a cache that lost a position the next token reads.
     void check_window(std::size_t slot) {
         if (swa_ == 0 || cached_[slot] == 0) return;
         const llama_pos first = llama_memory_seq_pos_min(memory(), seq(slot));
