@@ -250,8 +250,8 @@ public:
                         llama_cpp::recent_errors_suffix());
         }
         cached_[slot] = n;
-        check_positions(slot, "truncate");
         check_window(slot);
+        check_positions(slot, "truncate");
     }
 
     // Whether a forward_batch whose sequences feed unequal numbers of tokens
@@ -420,7 +420,7 @@ private:
         if (swa_ == 0 || cached_[slot] == 0) return;
         const llama_pos first = llama_memory_seq_pos_min(memory(), seq(slot));
         const std::size_t needed = cached_[slot] > swa_ ? cached_[slot] - swa_ : 0;
-        if (first > static_cast<llama_pos>(needed)) {
+        if (first < 0 || first > static_cast<llama_pos>(needed)) {
             failure_ = "a rollback of slot " + std::to_string(slot) + " to " + std::to_string(cached_[slot]) +
                        " positions needs position " + std::to_string(needed) + ", which the sliding-window cache dropped "
                        "(its first is " + std::to_string(first) + "; create the context with swa_full = true)";
