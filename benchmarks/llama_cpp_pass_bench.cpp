@@ -77,11 +77,11 @@ int main(int argc, char** argv) {
         std::vector<LlamaCppModel> models;
         for (const bool unified : {false, true}) {
             specdec::LlamaCppOptions options;
-            options.context = cached + longest + 1;
+            options.max_context = cached + longest + 1;
             options.sequences = most_sequences;
             options.threads = options.threads_batch = threads;
             options.unified_cache = unified;
-            models.push_back(models.empty() ? LlamaCppModel::load(argv[1], options) : models.front().new_context(options));
+            models.push_back(models.empty() ? LlamaCppModel::from_gguf(argv[1], options) : models.front().new_context(options));
             std::vector<Token> prompt(cached);
             for (std::size_t i = 0; i < cached; ++i) prompt[i] = static_cast<Token>(11 + (i * 37) % 997);
             for (std::size_t s = 0; s < most_sequences; ++s) {

@@ -76,7 +76,7 @@ namespace detail {
     setup.threads = options.threads == 0 ? hardware_threads() : options.threads;
     setup.prompt_text = options.prompt.value_or(std::string(kDefaultTextPrompt));
     LlamaCppOptions model_options;
-    model_options.context = detail::llama_cpp_context(options, setup.prompt_text.size());
+    model_options.max_context = detail::llama_cpp_context(options, setup.prompt_text.size());
     model_options.threads = static_cast<int>(setup.threads);
     model_options.threads_batch = static_cast<int>(setup.threads);
     // --tree rows: a tree never has more leaves than nodes.
@@ -84,7 +84,7 @@ namespace detail {
         model_options.tree_leaves =
             std::max(model_options.tree_leaves, tree == "auto" ? options.tree_max_nodes : TreeShape::parse(tree).size());
 
-    setup.target = std::make_unique<LlamaCppModel>(LlamaCppModel::load(*options.target_path, model_options));
+    setup.target = std::make_unique<LlamaCppModel>(LlamaCppModel::from_gguf(*options.target_path, model_options));
     setup.target_info = detail::describe_llama_cpp(*setup.target, *options.target_path);
     // As the own engine's GGUF prompt: the text with BOS where the vocabulary has one.
     setup.prompt = setup.target->tokenize(setup.prompt_text, /*add_bos=*/true);
@@ -93,7 +93,7 @@ namespace detail {
         setup.draft = std::make_unique<PromptLookupDrafter>();
         setup.draft_info = describe_prompt_lookup();
     } else {
-        auto draft = std::make_unique<LlamaCppModel>(LlamaCppModel::load(*options.draft_path, model_options));
+        auto draft = std::make_unique<LlamaCppModel>(LlamaCppModel::from_gguf(*options.draft_path, model_options));
         check_same_vocabulary(*setup.target, *draft);
         setup.draft_info = detail::describe_llama_cpp(*draft, *options.draft_path);
         setup.draft = std::move(draft);
@@ -134,12 +134,12 @@ struct LlamaCppBatchSetup {
 [[nodiscard]] inline LlamaCppBatchSetup set_up_llama_cpp_batch_models(const BenchOptions& options) {
     LlamaCppBatchSetup setup;
     setup.threads = options.threads == 0 ? hardware_threads() : options.threads;
-    setup.per_decoder.context = batch_context(options, std::numeric_limits<std::size_t>::max());
+    setup.per_decoder.max_context = batch_context(options, std::numeric_limits<std::size_t>::max());
     setup.per_decoder.threads = static_cast<int>(setup.threads);
     setup.per_decoder.threads_batch = static_cast<int>(setup.threads);
-    setup.target = std::make_unique<LlamaCppModel>(LlamaCppModel::load(*options.target_path, setup.per_decoder));
+    setup.target = std::make_unique<LlamaCppModel>(LlamaCppModel::from_gguf(*options.target_path, setup.per_decoder));
     setup.target_info = detail::describe_llama_cpp(*setup.target, *options.target_path);
-    setup.draft = std::make_unique<LlamaCppModel>(LlamaCppModel::load(*options.draft_path, setup.per_decoder));
+    setup.draft = std::make_unique<LlamaCppModel>(LlamaCppModel::from_gguf(*options.draft_path, setup.per_decoder));
     check_same_vocabulary(*setup.target, *setup.draft);
     setup.draft_info = detail::describe_llama_cpp(*setup.draft, *options.draft_path);
     return setup;

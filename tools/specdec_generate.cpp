@@ -45,6 +45,9 @@ namespace {
 namespace fs = std::filesystem;
 namespace cli = specdec::cli;
 
+// -fa: llama.cpp's flash attention setting, without llama.h (the tool builds without llama.cpp too).
+enum class FlashAttention { on, off, automatic };
+
 struct Options {
     fs::path target;
     fs::path draft;
@@ -69,6 +72,10 @@ struct Options {
     std::size_t context = 0;
     std::size_t recurrent_snapshots = 0;  // --engine llama.cpp: LlamaCppOptions::recurrent_snapshots
     bool recurrent_snapshots_given = false;
+    int gpu_layers = 0;                    // --engine llama.cpp: -ngl (LlamaCppOptions::gpu_layers)
+    std::vector<std::string> rpc_servers;  // --engine llama.cpp: --rpc (LlamaCppOptions::rpc_servers)
+    std::optional<FlashAttention> flash_attention;  // --engine llama.cpp: -fa
+    bool block_rule = false;               // --rule block: BlockVerification instead of token-wise rejection
     std::size_t lookup_min = 1;
     std::size_t lookup_max = 3;
     bool ignore_eos = false;
@@ -190,7 +197,7 @@ const std::vector<GenerateFlag>& generate_flags() {
          }},
         {{"-t", "--threads"}, "N", "threads (default: all cores)",
          [](Options& o, V f, V v) { o.threads = parse_number<std::size_t>(f, v); }},
-        {{"-c", "--ctx-size"}, "N", "cap the context (default: the target's; --engine llama.cpp: at most 4096)",
+        {{"-c", "--ctx-size"}, "N", "cap the context (default: the target's)",
          [](Options& o, V f, V v) { o.context = parse_number<std::size_t>(f, v); }},
         {{"--engine"}, "specdec|llama.cpp",
          "what runs the models: specdec's own CPU models (default), or llama.cpp\n"
@@ -203,6 +210,34 @@ const std::vector<GenerateFlag>& generate_flags() {
          [](Options& o, V f, V v) {
              o.recurrent_snapshots = parse_number<std::size_t>(f, v);
              o.recurrent_snapshots_given = true;
+         }},
+        {{"-ngl", "--gpu-layers", "--n-gpu-layers"}, "N|all",
+         "--engine llama.cpp: layers offloaded to llama.cpp's devices (default 0: none; with --rpc, all)",
+         [](Options& o, V f, V v) { o.gpu_layers = v == "all" ? -1 : parse_number<int>(f, v); }},
+        {{"--rpc"}, "HOST:PORT,...", "--engine llama.cpp: ggml-rpc-server processes that take the layers",
+         [](Options& o, V f, V v) {
+             for (std::size_t begin = 0; begin <= v.size();) {
+                 const std::size_t comma = std::min(v.find(',', begin), v.size());
+                 const std::string_view server = v.substr(begin, comma - begin);
+                 if (server.find(':') == std::string_view::npos)
+                     throw UsageError(std::string(f) + ": '" + std::string(server) + "' is not HOST:PORT");
+                 o.rpc_servers.emplace_back(server);
+                 begin = comma + 1;
+             }
+         }},
+        {{"-fa", "--flash-attn"}, "on|off|auto", "--engine llama.cpp: flash attention (default auto, llama.cpp's)",
+         [](Options& o, V f, V v) {
+             if (v == "on") o.flash_attention = FlashAttention::on;
+             else if (v == "off") o.flash_attention = FlashAttention::off;
+             else if (v == "auto") o.flash_attention = FlashAttention::automatic;
+             else throw UsageError(std::string(f) + " " + std::string(v) + ": expected on, off or auto");
+         }},
+        {{"--rule"}, "token|block",
+         "how a chain of drafts is verified: token-wise rejection (default) or block\n"
+         "verification (at least as many drafts kept in expectation; both exact)",
+         [](Options& o, V f, V v) {
+             if (v != "token" && v != "block") throw UsageError(std::string(f) + " " + std::string(v) + ": expected token or block");
+             o.block_rule = v == "block";
          }},
         {{"--ignore-eos"}, "", "do not stop at the end-of-sequence token", [](Options& o, V, V) { o.ignore_eos = true; }},
         {{"--autoregressive"}, "", "decode with the target alone (the baseline)",
@@ -231,6 +266,9 @@ Options parse(int argc, char** argv) {
     if (o.auto_length && !o.draft_max_given) o.draft_tokens = 8;
     if (o.recurrent_snapshots_given && o.engine != cli::Engine::llama_cpp)
         throw UsageError("--recurrent-snapshots is a setting of llama.cpp's memory: expected --engine llama.cpp");
+    if ((o.gpu_layers != 0 || !o.rpc_servers.empty() || o.flash_attention) && o.engine != cli::Engine::llama_cpp)
+        throw UsageError("-ngl, --rpc and -fa are settings of llama.cpp: expected --engine llama.cpp");
+    if (o.block_rule && o.tree) throw UsageError("--rule applies to a chain of drafts; a --tree is verified by recursive rejection");
     if (o.autoregressive && o.check_autoregressive) throw UsageError("--autoregressive and --check-autoregressive exclude each other");
     if (o.tree && o.autoregressive) throw UsageError("--tree and --autoregressive exclude each other");
     if (o.check_autoregressive && o.temperature != 0.0)
@@ -284,7 +322,17 @@ void print_stats(const char* label, const specdec::GenerationStats& s, bool spec
 // per step (options.draft_tokens is then the maximum).
 template <class Target, class Draft, class OnToken>
 specdec::GenerationResult speculate(Target& target, Draft& draft, const specdec::DecodingOptions& options, bool auto_length,
-                                    const std::vector<specdec::Token>& prompt, OnToken& on_token) {
+                                    const std::vector<specdec::Token>& prompt, OnToken& on_token, bool block_rule = false) {
+    if (block_rule) {
+        if (auto_length) {
+            specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options,
+                                                specdec::BlockVerification{}, specdec::AutoLength{});
+            return decoder.generate(prompt, on_token);
+        }
+        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options,
+                                            specdec::BlockVerification{});
+        return decoder.generate(prompt, on_token);
+    }
     if (auto_length) {
         specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options,
                                             specdec::TokenwiseRejection{}, specdec::AutoLength{});
@@ -356,12 +404,12 @@ int generate(const Options& o, Model& target, Model* draft, const std::vector<sp
     } else if (draft != nullptr) {
         method = o.tree ? "tree speculative (draft model)" : "speculative (draft model)";
         result = o.tree ? speculate_tree(target, *draft, options, *o.tree, prompt, print)
-                        : speculate(target, *draft, options, o.auto_length, prompt, print);
+                        : speculate(target, *draft, options, o.auto_length, prompt, print, o.block_rule);
     } else {
         method = o.tree ? "tree speculative (prompt lookup)" : "speculative (prompt lookup)";
         specdec::PromptLookupDrafter lookup({.min_ngram = o.lookup_min, .max_ngram = o.lookup_max});
         result = o.tree ? speculate_tree(target, lookup, options, *o.tree, prompt, print)
-                        : speculate(target, lookup, options, o.auto_length, prompt, print);
+                        : speculate(target, lookup, options, o.auto_length, prompt, print, o.block_rule);
     }
     if (!o.quiet) std::printf("%s\n", text.flush().c_str());
 
@@ -447,15 +495,24 @@ private:
 int run_llama_cpp(const Options& o) {
     const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
     specdec::LlamaCppOptions model_options;
-    model_options.context = o.context;  // 0: the model's trained context, at most 4096 (the adapter's default)
+    model_options.max_context = o.context;  // 0: the model's trained context
     model_options.threads = static_cast<int>(o.threads != 0 ? o.threads : hardware);
     model_options.threads_batch = model_options.threads;
     model_options.recurrent_snapshots = o.recurrent_snapshots;
     if (o.tree) model_options.tree_leaves = tree_leaves_bound(*o.tree);
-    specdec::LlamaCppModel target = specdec::LlamaCppModel::load(o.target.string(), model_options);
+    model_options.gpu_layers = o.gpu_layers;
+    model_options.rpc_servers = o.rpc_servers;
+    specdec::LlamaCppParams params;
+    if (o.flash_attention) {
+        const FlashAttention fa = *o.flash_attention;
+        params.context.flash_attn_type = fa == FlashAttention::on    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
+                                         : fa == FlashAttention::off ? LLAMA_FLASH_ATTN_TYPE_DISABLED
+                                                                     : LLAMA_FLASH_ATTN_TYPE_AUTO;
+    }
+    specdec::LlamaCppModel target = specdec::LlamaCppModel::from_gguf(o.target.string(), model_options, params);
     std::optional<specdec::LlamaCppModel> draft;
     if (!o.draft.empty() && !o.autoregressive) {
-        draft.emplace(specdec::LlamaCppModel::load(o.draft.string(), model_options));
+        draft.emplace(specdec::LlamaCppModel::from_gguf(o.draft.string(), model_options, params));
         specdec::check_same_vocabulary(target, *draft);
     }
     // BOS where the model's tokenizer asks for it, as llama.cpp's own tools tokenise.

@@ -65,8 +65,8 @@ private:
 struct WindowPair {
     support::TempFolder folder{"exactness"};
     support::ExportedPair files = support::export_synthetic_pair(folder.path());
-    LlamaCppModel target = LlamaCppModel::load(files.target.string(), support::small_options(1, 64));
-    LlamaCppModel draft = LlamaCppModel::load(files.draft.string(), support::small_options(1, 64));
+    LlamaCppModel target = LlamaCppModel::from_gguf(files.target.string(), support::small_options(1, 64));
+    LlamaCppModel draft = LlamaCppModel::from_gguf(files.draft.string(), support::small_options(1, 64));
     Window target_window{target, kWindowStart, kWindow};
     Window draft_window{draft, kWindowStart, kWindow};
 };

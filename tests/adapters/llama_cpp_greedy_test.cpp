@@ -47,8 +47,8 @@ DecodingOptions greedy_options(const LlamaCppModel& target, std::size_t max_new,
 
 // Every decoder through the adapter must emit exactly `c.expected`.
 void check_every_decoder(const GreedyCase& c) {
-    LlamaCppModel target = LlamaCppModel::load(c.target.string(), support::small_options());
-    LlamaCppModel draft = LlamaCppModel::load(c.draft.string(), support::small_options());
+    LlamaCppModel target = LlamaCppModel::from_gguf(c.target.string(), support::small_options());
+    LlamaCppModel draft = LlamaCppModel::from_gguf(c.draft.string(), support::small_options());
     specdec::check_same_vocabulary(target, draft);
     const std::size_t n = c.expected.size();
     {
@@ -69,8 +69,8 @@ void check_every_decoder(const GreedyCase& c) {
         // draft drafts it level by level through its own tree passes.
         specdec::LlamaCppOptions tree_options = support::small_options();
         tree_options.tree_leaves = 8;
-        LlamaCppModel tree_target = LlamaCppModel::load(c.target.string(), tree_options);
-        LlamaCppModel tree_draft = LlamaCppModel::load(c.draft.string(), tree_options);
+        LlamaCppModel tree_target = LlamaCppModel::from_gguf(c.target.string(), tree_options);
+        LlamaCppModel tree_draft = LlamaCppModel::from_gguf(c.draft.string(), tree_options);
         for (const std::vector<std::size_t>& branching : {std::vector<std::size_t>{3, 2, 1}, std::vector<std::size_t>{2, 2, 2, 1}}) {
             const specdec::TreeShape shape = specdec::TreeShape::from_branching(branching);
             INFO("tree " << shape.describe());
@@ -86,8 +86,8 @@ void check_every_decoder(const GreedyCase& c) {
         // step apart, with different draft lengths: each row of a pass must
         // not depend on its batch mates.
         INFO("batched over 3 sequences");
-        LlamaCppModel targets = LlamaCppModel::load(c.target.string(), support::small_options(3));
-        LlamaCppModel drafts = LlamaCppModel::load(c.draft.string(), support::small_options(3));
+        LlamaCppModel targets = LlamaCppModel::from_gguf(c.target.string(), support::small_options(3));
+        LlamaCppModel drafts = LlamaCppModel::from_gguf(c.draft.string(), support::small_options(3));
         specdec::BatchedDecoder<LlamaCppModel, LlamaCppModel> decoder(specdec::target(targets), specdec::draft(drafts));
         REQUIRE(decoder.slots() == 3);
         std::size_t submitted = 0, finished = 0, widest = 0;
@@ -127,7 +127,7 @@ GreedyCase recorded_case(const nlohmann::json& entry, const std::filesystem::pat
     GreedyCase c{folder / entry.at("model").get<std::string>(), folder / entry.at("draft").get<std::string>(),
                  entry.at("prompt_ids").get<std::vector<Token>>(), entry.at("greedy_ids").get<std::vector<Token>>()};
     // The recorded ids are what llama-simple printed: same prompt tokens, same text.
-    LlamaCppModel model = LlamaCppModel::load(c.target.string(), support::small_options());
+    LlamaCppModel model = LlamaCppModel::from_gguf(c.target.string(), support::small_options());
     CHECK(model.tokenize(entry.at("prompt").get<std::string>(), model.add_bos()) == c.prompt);
     std::vector<Token> printed = c.expected;
     if (!printed.empty() && llama_vocab_is_eog(model.vocabulary(), printed.back())) printed.pop_back();
@@ -170,7 +170,7 @@ TEST_CASE("llama.cpp adapter: greedy decoders on the exported synthetic pair equ
           "[llama_cpp][greedy]") {
     const support::TempFolder folder("greedy");
     const support::ExportedPair files = support::export_synthetic_pair(folder.path());
-    LlamaCppModel target = LlamaCppModel::load(files.target.string(), support::small_options());
+    LlamaCppModel target = LlamaCppModel::from_gguf(files.target.string(), support::small_options());
     const std::vector<Token> prompt = target.tokenize("once upon a time the model", target.add_bos());
     const std::vector<Token> expected = support::plain_greedy(files.target, prompt, 40);
     REQUIRE(expected.size() >= 8);  // the synthetic vocabulary has an end token; the reference must be long enough to test
@@ -220,7 +220,7 @@ TEST_CASE("write the llama-simple greedy references", "[.write-llama-cpp-referen
         char buffer[4096];
         for (std::size_t got; (got = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) printed.append(buffer, got);
         REQUIRE(::pclose(pipe) == 0);
-        LlamaCppModel model = LlamaCppModel::load(source.model.string(), support::small_options());
+        LlamaCppModel model = LlamaCppModel::from_gguf(source.model.string(), support::small_options());
         const std::vector<Token> prompt_ids = model.tokenize(prompt, model.add_bos());
         const std::string printed_prompt = support::printed_text(model, prompt_ids);
         REQUIRE(printed.rfind(printed_prompt, 0) == 0);

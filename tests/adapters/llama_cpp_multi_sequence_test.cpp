@@ -77,8 +77,8 @@ TEST_CASE("llama.cpp adapter: forward_batch gives each sequence the rows forward
     const float tolerance = unified ? 5e-3f : kTolerance;
     specdec::LlamaCppOptions multi_options = support::small_options(3, 128);
     multi_options.unified_cache = unified;
-    LlamaCppModel single = LlamaCppModel::load(files.pair.target.string(), support::small_options(1, 128));
-    LlamaCppModel multi = LlamaCppModel::load(files.pair.target.string(), multi_options);
+    LlamaCppModel single = LlamaCppModel::from_gguf(files.pair.target.string(), support::small_options(1, 128));
+    LlamaCppModel multi = LlamaCppModel::from_gguf(files.pair.target.string(), multi_options);
     REQUIRE(multi.sequence_slots() == 3);
     REQUIRE(single.sequence_slots() == 1);
     // A ragged pass splits in cache streams only, and one slot is never ragged.
@@ -142,8 +142,8 @@ TEST_CASE("llama.cpp adapter: an input longer than llama.cpp's batch is fed in c
     const Files files;
     specdec::LlamaCppOptions chunked = support::small_options(2, 128);
     chunked.batch = 16;
-    LlamaCppModel small_batches = LlamaCppModel::load(files.pair.target.string(), chunked);
-    LlamaCppModel one_batch = LlamaCppModel::load(files.pair.target.string(), support::small_options(2, 128));
+    LlamaCppModel small_batches = LlamaCppModel::from_gguf(files.pair.target.string(), chunked);
+    LlamaCppModel one_batch = LlamaCppModel::from_gguf(files.pair.target.string(), support::small_options(2, 128));
     REQUIRE(small_batches.batch_capacity() == 16);
 
     const std::vector<Token> long_prompt = tokens_from(300, 50);
@@ -169,8 +169,8 @@ TEST_CASE("llama.cpp adapter: an input longer than llama.cpp's batch is fed in c
 TEST_CASE("llama.cpp adapter: new_context shares the loaded weights with a cache of its own and keeps their placement",
           "[llama_cpp][multi-sequence]") {
     const Files files;
-    std::optional<LlamaCppModel> loaded = LlamaCppModel::load(files.pair.target.string(), support::small_options(1, 128));
-    LlamaCppModel fresh = LlamaCppModel::load(files.pair.target.string(), support::small_options(1, 128));
+    std::optional<LlamaCppModel> loaded = LlamaCppModel::from_gguf(files.pair.target.string(), support::small_options(1, 128));
+    LlamaCppModel fresh = LlamaCppModel::from_gguf(files.pair.target.string(), support::small_options(1, 128));
     LlamaCppModel shared = loaded->new_context(support::small_options(4, 64));
     CHECK(shared.model() == loaded->model());  // the same weights, not a second load
     CHECK(shared.context() != loaded->context());

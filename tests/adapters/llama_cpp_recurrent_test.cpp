@@ -87,7 +87,7 @@ float largest_difference(const std::vector<float>& a, const std::vector<float>& 
 
 // The last row of a fresh pass over `tokens` in a model of its own.
 std::vector<float> fresh_last_row(const std::filesystem::path& gguf, const std::vector<Token>& tokens) {
-    LlamaCppModel model = LlamaCppModel::load(gguf.string(), support::small_options());
+    LlamaCppModel model = LlamaCppModel::from_gguf(gguf.string(), support::small_options());
     return copy_row(model.forward_last(tokens), 0);
 }
 
@@ -149,7 +149,7 @@ TEST_CASE("llama.cpp adapter: a recurrent or hybrid model rolls back to the rows
         INFO(name_of(c.architecture) << ", snapshots " << c.snapshots);
         RecurrentPair files(c.architecture);
         const std::vector<Token> text{1, 300, 301, 302, 303, 304, 305, 306, 307};
-        LlamaCppModel model = LlamaCppModel::load(files.target.string(), options_for(c, 2));
+        LlamaCppModel model = LlamaCppModel::from_gguf(files.target.string(), options_for(c, 2));
         REQUIRE(model.rolls_back_by_replay());
         REQUIRE(model.recurrent_snapshots() == c.snapshots);
         const std::vector<Token> head(text.begin(), text.begin() + 4);
@@ -213,8 +213,8 @@ TEST_CASE("llama.cpp adapter: greedy decoders on a recurrent and a hybrid model 
         const std::vector<Token> prompt{1, 300, 305, 310};
         const std::size_t n = 40;
         const std::vector<Token> expected = support::plain_greedy(files.target, prompt, n);
-        LlamaCppModel target = LlamaCppModel::load(files.target.string(), options_for(c));
-        LlamaCppModel draft = LlamaCppModel::load(files.draft.string(), options_for(c));
+        LlamaCppModel target = LlamaCppModel::from_gguf(files.target.string(), options_for(c));
+        LlamaCppModel draft = LlamaCppModel::from_gguf(files.draft.string(), options_for(c));
         specdec::check_same_vocabulary(target, draft);
         {
             INFO("autoregressive");
@@ -240,8 +240,8 @@ TEST_CASE("llama.cpp adapter: greedy decoders on a recurrent and a hybrid model 
         CHECK((target.snapshot_rollbacks() > 0) == (c.snapshots > 0));
         {
             INFO("batched over 3 sequences");
-            LlamaCppModel targets = LlamaCppModel::load(files.target.string(), options_for(c, 3));
-            LlamaCppModel drafts = LlamaCppModel::load(files.draft.string(), options_for(c, 3));
+            LlamaCppModel targets = LlamaCppModel::from_gguf(files.target.string(), options_for(c, 3));
+            LlamaCppModel drafts = LlamaCppModel::from_gguf(files.draft.string(), options_for(c, 3));
             specdec::BatchedDecoder<LlamaCppModel, LlamaCppModel> decoder(specdec::target(targets), specdec::draft(drafts));
             std::size_t submitted = 0, finished = 0;
             while (submitted < 3 || !decoder.idle()) {
@@ -275,8 +275,8 @@ TEST_CASE("llama.cpp adapter: speculative sampling on a recurrent and a hybrid m
         const std::string name = std::string(name_of(c.architecture)) + ", snapshots " + std::to_string(c.snapshots);
         INFO(name);
         RecurrentPair files(c.architecture, 0.1);
-        LlamaCppModel target = LlamaCppModel::load(files.target.string(), options_for(c, 1, 64));
-        LlamaCppModel draft = LlamaCppModel::load(files.draft.string(), options_for(c, 1, 64));
+        LlamaCppModel target = LlamaCppModel::from_gguf(files.target.string(), options_for(c, 1, 64));
+        LlamaCppModel draft = LlamaCppModel::from_gguf(files.draft.string(), options_for(c, 1, 64));
         Window target_window{target, kWindowStart, kWindow};
         Window draft_window{draft, kWindowStart, kWindow};
         const SamplingOptions sampling{.temperature = 1.0};

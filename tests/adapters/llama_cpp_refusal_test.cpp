@@ -120,11 +120,11 @@ TEST_CASE("llama.cpp adapter: llama_decode's return codes are told apart by what
 TEST_CASE("llama.cpp adapter: mismatched vocabularies are refused, naming both models", "[llama_cpp][refusal]") {
     const support::TempFolder folder("vocabulary");
     const support::ExportedPair files = support::export_synthetic_pair(folder.path());
-    const LlamaCppModel synthetic = LlamaCppModel::load(files.target.string(), support::small_options());
-    const LlamaCppModel draft = LlamaCppModel::load(files.draft.string(), support::small_options());
+    const LlamaCppModel synthetic = LlamaCppModel::from_gguf(files.target.string(), support::small_options());
+    const LlamaCppModel draft = LlamaCppModel::from_gguf(files.draft.string(), support::small_options());
     CHECK_NOTHROW(specdec::check_same_vocabulary(synthetic, draft));
     for (const std::string other : {"llama3-f32.gguf", "qwen2-f32.gguf"}) {
-        const LlamaCppModel model = LlamaCppModel::load(support::repo_fixture(other).string(), support::small_options());
+        const LlamaCppModel model = LlamaCppModel::from_gguf(support::repo_fixture(other).string(), support::small_options());
         INFO(other);
         CHECK_THROWS_WITH(specdec::check_same_vocabulary(synthetic, model),
                           Contains(synthetic.name()) && Contains(model.name()) && Contains("vocabular"));
@@ -135,7 +135,7 @@ TEST_CASE("llama.cpp adapter: overflow, ids out of range and truncation past the
           "[llama_cpp][refusal]") {
     const support::TempFolder folder("overflow");
     const support::ExportedPair files = support::export_synthetic_pair(folder.path());
-    LlamaCppModel model = LlamaCppModel::load(files.target.string(), support::small_options(2, 32));
+    LlamaCppModel model = LlamaCppModel::from_gguf(files.target.string(), support::small_options(2, 32));
     CHECK(model.context_length() == 32);
     const std::vector<Token> prompt = some_tokens(20);
     const std::vector<float> before = last_row(model.forward(prompt));
@@ -179,7 +179,7 @@ TEST_CASE("llama.cpp adapter: a decode that fails inside llama.cpp throws with i
     specdec::LlamaCppOptions options = support::small_options(1, 128);
     options.batch = 64;
     options.ubatch = 8;
-    LlamaCppModel model = LlamaCppModel::load(files.target.string(), options);
+    LlamaCppModel model = LlamaCppModel::from_gguf(files.target.string(), options);
     const std::vector<Token> prompt = some_tokens(10);
     model.forward(prompt);
     const std::vector<Token> more = some_tokens(40, 320);
@@ -202,13 +202,13 @@ TEST_CASE("llama.cpp adapter: a file llama.cpp cannot load is refused with its n
     const support::TempFolder folder("not-gguf");
     const std::filesystem::path path = folder.path() / "not-a-model.gguf";
     std::ofstream(path) << "this is not a GGUF file";
-    CHECK_THROWS_WITH(LlamaCppModel::load(path.string()), Contains("not-a-model.gguf"));
-    CHECK_THROWS_WITH(LlamaCppModel::load((folder.path() / "missing.gguf").string()), Contains("no such file"));
+    CHECK_THROWS_WITH(LlamaCppModel::from_gguf(path.string()), Contains("not-a-model.gguf"));
+    CHECK_THROWS_WITH(LlamaCppModel::from_gguf((folder.path() / "missing.gguf").string()), Contains("no such file"));
     // What llama.cpp logged about the failure reaches the message.
-    CHECK_THROWS_WITH(LlamaCppModel::load(support::repo_fixture("llama-gqa-f32.gguf").string()),
+    CHECK_THROWS_WITH(LlamaCppModel::from_gguf(support::repo_fixture("llama-gqa-f32.gguf").string()),
                       Contains("llama-gqa-f32.gguf") && Contains("unknown pre-tokenizer type"));
     specdec::LlamaCppOptions no_sequences;
     no_sequences.sequences = 0;
-    CHECK_THROWS_WITH(LlamaCppModel::load(support::repo_fixture("llama3-q8_0.gguf").string(), no_sequences),
+    CHECK_THROWS_WITH(LlamaCppModel::from_gguf(support::repo_fixture("llama3-q8_0.gguf").string(), no_sequences),
                       Contains("sequences is 0"));
 }

@@ -49,7 +49,7 @@ TEST_CASE("llama.cpp adapter: a target on an RPC server with a local draft decod
     const support::TempFolder folder("rpc");
     const support::ExportedPair files = support::export_synthetic_pair(folder.path());
 
-    LlamaCppModel local = LlamaCppModel::load(files.target.string(), support::small_options());
+    LlamaCppModel local = LlamaCppModel::from_gguf(files.target.string(), support::small_options());
     const std::vector<Token> prompt = local.tokenize("once upon a time the model", local.add_bos());
     const DecodingOptions options{.draft_tokens = 4, .sampling = {.temperature = 0.0}, .seed = 1, .max_new_tokens = 32,
                                   .stop_tokens = local.stop_tokens()};
@@ -60,8 +60,8 @@ TEST_CASE("llama.cpp adapter: a target on an RPC server with a local draft decod
     support::RpcServer server(binary);
     specdec::LlamaCppOptions remote_options = support::small_options();
     remote_options.rpc_servers = {server.endpoint()};
-    LlamaCppModel remote = LlamaCppModel::load(files.target.string(), remote_options);
-    LlamaCppModel draft = LlamaCppModel::load(files.draft.string(), support::small_options());
+    LlamaCppModel remote = LlamaCppModel::from_gguf(files.target.string(), remote_options);
+    LlamaCppModel draft = LlamaCppModel::from_gguf(files.draft.string(), support::small_options());
     specdec::check_same_vocabulary(remote, draft);
 
     specdec::SpeculativeDecoder<LlamaCppModel, LlamaCppModel> decoder(specdec::target(remote), specdec::draft(draft),
@@ -75,6 +75,6 @@ TEST_CASE("llama.cpp adapter: a target on an RPC server with a local draft decod
     // RPC client would abort the process; the adapter checks first).
     specdec::LlamaCppOptions nowhere = support::small_options();
     nowhere.rpc_servers = {"127.0.0.1:" + std::to_string(support::free_loopback_port())};
-    CHECK_THROWS_WITH(LlamaCppModel::load(files.target.string(), nowhere),
+    CHECK_THROWS_WITH(LlamaCppModel::from_gguf(files.target.string(), nowhere),
                       Catch::Matchers::Contains(nowhere.rpc_servers[0]) && Catch::Matchers::Contains("cannot connect"));
 }

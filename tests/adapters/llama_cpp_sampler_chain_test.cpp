@@ -124,7 +124,7 @@ std::vector<Setting> settings(const std::vector<Token>& sequence) {
 // Every row of `sequence` (the row at position i predicts token i + 1 from
 // tokens 0 .. i) under every setting; returns the largest difference.
 double check_model(const std::filesystem::path& gguf, const std::string& prompt_text, std::size_t continuation) {
-    LlamaCppModel model = LlamaCppModel::load(gguf.string(), support::small_options());
+    LlamaCppModel model = LlamaCppModel::from_gguf(gguf.string(), support::small_options());
     std::vector<Token> sequence = model.tokenize(prompt_text, model.add_bos());
     const std::vector<Token> greedy = support::plain_greedy(gguf, sequence, continuation);
     sequence.insert(sequence.end(), greedy.begin(), greedy.end());

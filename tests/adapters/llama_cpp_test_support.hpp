@@ -44,7 +44,7 @@ namespace specdec::test::llama_cpp {
 // llama.cpp's threads wait for each other by spinning, which on a loaded
 // two-core machine made a pass ~30x slower with two threads than with one.
 inline LlamaCppOptions small_options(std::size_t sequences = 1, std::size_t context = 256) {
-    return {.context = context, .sequences = sequences, .threads = 1, .threads_batch = 1, .gpu_layers = 0, .rpc_servers = {}};
+    return {.max_context = context, .sequences = sequences, .threads = 1, .threads_batch = 1, .gpu_layers = 0, .rpc_servers = {}};
 }
 
 inline std::filesystem::path repo_fixture(const std::string& name) {

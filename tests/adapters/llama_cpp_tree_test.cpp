@@ -149,8 +149,8 @@ private:
 struct WindowPair {
     support::TempFolder folder{"tree-exactness"};
     support::ExportedPair files = support::export_synthetic_pair(folder.path());
-    LlamaCppModel target = LlamaCppModel::load(files.target.string(), tree_options(4));
-    LlamaCppModel draft = LlamaCppModel::load(files.draft.string(), tree_options(4));
+    LlamaCppModel target = LlamaCppModel::from_gguf(files.target.string(), tree_options(4));
+    LlamaCppModel draft = LlamaCppModel::from_gguf(files.draft.string(), tree_options(4));
     Window target_window{target, kWindowStart, kWindow};
     Window draft_window{draft, kWindowStart, kWindow};
 };
@@ -175,8 +175,8 @@ TEST_CASE("llama.cpp adapter: a tree pass scores every root-to-node path as a ch
           "[llama_cpp][tree]") {
     support::TempFolder folder{"tree-rows"};
     const support::ExportedPair files = support::export_synthetic_pair(folder.path());
-    LlamaCppModel model = LlamaCppModel::load(files.target.string(), tree_options(6));
-    LlamaCppModel reference = LlamaCppModel::load(files.target.string(), support::small_options(1, 64));
+    LlamaCppModel model = LlamaCppModel::from_gguf(files.target.string(), tree_options(6));
+    LlamaCppModel reference = LlamaCppModel::from_gguf(files.target.string(), support::small_options(1, 64));
     CHECK(model.tree_leaves() == 6);
     const std::vector<Token> prefix{5, 300, 301, 17, 42};
 
@@ -220,7 +220,7 @@ TEST_CASE("llama.cpp adapter: a tree pass scores every root-to-node path as a ch
     // on slot 0 leaves slot 1 as it was.
     LlamaCppOptions two_slots = tree_options(3);
     two_slots.sequences = 2;
-    LlamaCppModel slots = LlamaCppModel::load(files.target.string(), two_slots);
+    LlamaCppModel slots = LlamaCppModel::from_gguf(files.target.string(), two_slots);
     const std::vector<Token> other{7, 302, 300, 11};
     const specdec::SequenceFeed feeds[] = {{.slot = 0, .tokens = prefix}, {.slot = 1, .tokens = other}};
     (void)slots.forward_batch(feeds);
@@ -247,13 +247,13 @@ TEST_CASE("llama.cpp adapter: tree passes refuse a context without tree_leaves, 
     const std::vector<Token> prefix{5, 300, 301};
     const std::vector<Token> next{310};
 
-    LlamaCppModel plain = LlamaCppModel::load(files.target.string(), support::small_options(1, 64));
+    LlamaCppModel plain = LlamaCppModel::from_gguf(files.target.string(), support::small_options(1, 64));
     (void)plain.forward(prefix);
     CHECK_THROWS_WITH(plain.forward_tree(std::vector<Token>{1}, std::vector<std::int32_t>{-1}),
                       Catch::Contains("tree_leaves") && Catch::Contains("no tree pass"));
 
-    LlamaCppModel model = LlamaCppModel::load(files.target.string(), tree_options(2));
-    LlamaCppModel reference = LlamaCppModel::load(files.target.string(), support::small_options(1, 64));
+    LlamaCppModel model = LlamaCppModel::from_gguf(files.target.string(), tree_options(2));
+    LlamaCppModel reference = LlamaCppModel::from_gguf(files.target.string(), support::small_options(1, 64));
     (void)model.forward(prefix);
     std::vector<Token> full = prefix;
     full.push_back(next[0]);
@@ -279,7 +279,7 @@ TEST_CASE("llama.cpp adapter: tree passes refuse a context without tree_leaves, 
     support::TempFolder recurrent_folder{"tree-recurrent"};
     const std::filesystem::path mamba = recurrent_folder.path() / "mamba.gguf";
     support::write_tiny_recurrent_gguf({.architecture = support::RecurrentArchitecture::mamba, .seed = 11}, mamba);
-    CHECK_THROWS_WITH(LlamaCppModel::load(mamba.string(), tree_options(4)), Catch::Contains("no tree pass"));
+    CHECK_THROWS_WITH(LlamaCppModel::from_gguf(mamba.string(), tree_options(4)), Catch::Contains("no tree pass"));
 }
 
 TEST_CASE("llama.cpp adapter: tree speculative sampling at T = 1 with the draft drafting its tree through the adapter "

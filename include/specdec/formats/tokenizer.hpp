@@ -123,6 +123,12 @@ public:
     [[nodiscard]] bool has_eos() const { return eos_ >= 0; }
     [[nodiscard]] bool add_bos_by_default() const { return add_bos_; }
     [[nodiscard]] bool add_eos_by_default() const { return add_eos_; }
+    // The names LlamaCppModel has, so that code runs on either engine:
+    // tokenize = encode, detokenize = decode, add_bos = add_bos_by_default.
+    [[nodiscard]] std::vector<Token> tokenize(std::string_view text) const { return encode(text); }
+    [[nodiscard]] std::vector<Token> tokenize(std::string_view text, bool add_bos) const { return encode(text, add_bos); }
+    [[nodiscard]] std::string detokenize(std::span<const Token> tokens) const { return decode(tokens); }
+    [[nodiscard]] bool add_bos() const { return add_bos_; }
     [[nodiscard]] bool add_space_prefix() const { return add_space_prefix_; }
     [[nodiscard]] TokenizerModel model() const { return model_; }
     // The word-splitting rule of a byte-level BPE model.
