@@ -29,6 +29,7 @@
 //                                                                      specdec/cuda.cuh
 #include "specdec/core/draft_proposal.hpp"
 #include "specdec/core/error.hpp"
+#include "specdec/core/logprobs.hpp"
 #include "specdec/core/model_contract.hpp"
 #include "specdec/core/rng.hpp"
 #include "specdec/core/sampling_options.hpp"
