@@ -219,7 +219,6 @@ protected:
         check_shared_vocabulary(draft.source, target.model);
     }
 
-public:
     // The validation of a session's options, for a target of `vocab` tokens:
     // a speculative session drafts at least one token per step. Throws
     // specdec::Error.
@@ -228,7 +227,6 @@ public:
         validate(options.sampling, vocab);
     }
 
-protected:
     // Makes `options` the session's (for the next prefill) after the
     // validation construction applies. Throws specdec::Error and keeps the
     // old options when they are invalid.
