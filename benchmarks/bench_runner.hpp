@@ -217,29 +217,6 @@ template <class Draft, CausalLM Target>
     return make(BlockVerification{}, FixedLength{});
 }
 
-// Draft: a CausalLM draft model or a Drafter (e.g. PromptLookupDrafter).
-//
-// Order: repetition by repetition, and within one temperature of a
-// repetition, one autoregressive generation and every row's speculative
-// generation of the same prompt and seed (the autoregressive tokens do not
-// depend on the row, so one run serves them all; at T = 0 each row is checked
-// against it).
-//
-// Interleaved (settings.interleave_rows, with models that have replica()):
-// every row gets a target and a draft of its own (shared weights, own KV
-// caches), and all rows of a temperature advance step by step in turn
-// (detail::run_interleaved). The machine's speed drifts by ~5% over seconds
-// on a shared host; one row run after another, each row's time carried its
-// own share of that drift, and rows were compared with each other (auto
-// against the best fixed k) through it. Step by step, every row runs through
-// the same seconds. Each step is timed on its own, and the tokens are those
-// of a sequential run: each decoder has its own caches and its random numbers
-// are counters of its seed and position. The baseline runs whole, before the
-// rows in even repetitions and after them in odd ones (why: see the loop).
-//
-// Sequential (models that cannot be replicated, e.g. the CUDA model): the
-// baseline, then each row to its end; rows run forwards in even repetitions
-// and backwards in odd ones, so that no row always sits next to the baseline.
 namespace detail {
 
 // The rows of one run: each row's configuration, its result so far, the

@@ -4,31 +4,12 @@
 // This umbrella header is the model-agnostic part (target specdec::specdec: no
 // reference models, no CUDA): what a user who brings their own model includes.
 //
-// Folders are layers; includes only point downwards (no cycles):
-//
-//   platform/       x86 leaf: CPU features (CPUID, OS state), the target
-//                   attributes of vectorised functions, horizontal reductions;
-//                   includes nothing of specdec (sampling/ and backends/cpu/ use it)
-//   core/           the model contract (CausalLM and its optional extensions),
-//                   tokens and logits views, drafts and verdicts, sampling
-//                   options, the counter-based RNG, specdec::Error
-//   sampling/       logits -> distributions (the sampler chain: constraint masks,
-//                   logit bias, penalties, top-k/p, min-p, temperature), logprobs and
-//                   the acceptance rules that keep the target's distribution exact
-//   constraints/    built-in TokenConstraints: a regular expression compiled to a
-//                   token-level automaton over a vocabulary's token texts
-//   decoding/       the decoders (session, one step at a time, generate() on top),
-//                   drafters, KV-cache bookkeeping, draft/target pair
-//                   statistics                                        <- this header
-//   formats/        bytes in, plain data out: GGUF reader/writer, tokenizers
-//   tensors/        weight storage types shared by both backends (F16/BF16, quant blocks)
-//   backends/cpu/   CPU kernels (SIMD matmul, vector ops, thread pool); know no model
-//   backends/cuda/  CUDA kernels and cuBLAS wrappers; know no model
-//   models/         reference Llama-family models, CPU (.hpp) and CUDA (.cuh) side by
-//                   side, and the seeded synthetic family          <- specdec/cpu.hpp,
-//                                                                      specdec/cuda.cuh
+// Folders are layers and includes only point downwards (no cycles): the
+// layer map is in docs/design.md ("Floors and arrows"), checked by the CTest
+// test "layers: includes point to the same floor or below".
 #include "specdec/core/draft_proposal.hpp"
 #include "specdec/core/error.hpp"
+#include "specdec/core/logprobs.hpp"
 #include "specdec/core/model_contract.hpp"
 #include "specdec/core/rng.hpp"
 #include "specdec/core/sampling_options.hpp"

@@ -283,7 +283,7 @@ TEST_CASE("verify-only: bad input is refused with a clear error", "[verify-only]
     CHECK_THROWS_WITH(verify(std::span<const float>(rows).first(2 * vocab), vocab, masses),
                       Catch::Contains("expected k + 1 = 3 rows of 4"));
     CHECK_THROWS_WITH(specdec::verify_drafts(specdec::dense_logits(rows, 2, vocab), masses, sampling, rng, 7),
-                      Catch::Contains("2 target rows for 2 drafts: expected k + 1 = 3"));
+                      Catch::Contains("2 logits rows for 2 drafts: expected k + 1 = 3"));
     CHECK_THROWS_WITH(verify(rows, 3, masses), Catch::Contains("drafts of vocabulary 3"));
     // q of another width than the target's rows.
     const std::vector<float> wide_rows(3 * 5, 0.5f);

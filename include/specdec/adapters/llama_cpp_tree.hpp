@@ -36,6 +36,7 @@
 #include <llama.h>
 
 #include "specdec/core/error.hpp"
+#include "specdec/core/pending_tree.hpp"
 
 namespace specdec::llama_cpp {
 
@@ -86,30 +87,13 @@ public:
     [[nodiscard]] std::size_t size() const { return nodes_.size(); }
 
     // Each parent an earlier node (of the tree or of this call) or -1; the
-    // deepest node and the whole pending tree within `free` positions.
+    // deepest node and the whole pending tree within `free` positions
+    // (core/pending_tree.hpp).
     void check_parents(std::span<const std::int32_t> parents, std::size_t free, const std::string& name) const {
-        std::vector<std::size_t> depth;
-        for (std::size_t i = 0; i < parents.size(); ++i) {
-            const std::int64_t parent = parents[i];
-            if (parent < -1 || parent >= static_cast<std::int64_t>(nodes_.size() + i)) {
-                throw Error(name + ": forward_tree: node " + std::to_string(i) + " has parent " + std::to_string(parent) +
-                            "; expected -1 or an earlier node of the pending tree (fewer than " +
-                            std::to_string(nodes_.size() + i) + ")");
-            }
-            const std::size_t d = parent < 0 ? 1
-                                  : static_cast<std::size_t>(parent) < nodes_.size()
-                                      ? nodes_[static_cast<std::size_t>(parent)].depth + 1
-                                      : depth[static_cast<std::size_t>(parent) - nodes_.size()] + 1;
-            depth.push_back(d);
-            if (d > free) {
-                throw Error(name + ": forward_tree: node " + std::to_string(i) + " at depth " + std::to_string(d) +
-                            " overflows the free context of " + std::to_string(free) + " positions");
-            }
-        }
-        if (nodes_.size() + parents.size() > free) {
-            throw Error(name + ": forward_tree: a pending tree of " + std::to_string(nodes_.size() + parents.size()) +
-                        " nodes exceeds the free context of " + std::to_string(free) + " positions");
-        }
+        std::vector<std::size_t> depths;
+        depths.reserve(nodes_.size() + parents.size());
+        for (const Node& node : nodes_) depths.push_back(node.depth);
+        specdec::detail::extend_tree_depths(parents, depths, free, /*context_length=*/0, name);
     }
 
     // The sequences of the new nodes (parents checked by check_parents) and
@@ -183,20 +167,10 @@ public:
         }
     }
 
-    // path[0] under the cache, each later node a child of the one before.
+    // path[0] under the cache, each later node a child of the one before
+    // (core/pending_tree.hpp).
     void check_path(std::span<const std::int32_t> path, const std::string& name) const {
-        for (std::size_t i = 0; i < path.size(); ++i) {
-            const std::int32_t node = path[i];
-            if (node < 0 || static_cast<std::size_t>(node) >= nodes_.size()) {
-                throw Error(name + ": commit_tree: path node " + std::to_string(node) + " is not in the pending tree of " +
-                            std::to_string(nodes_.size()) + " nodes");
-            }
-            const std::int32_t expected = i == 0 ? -1 : path[i - 1];
-            if (nodes_[static_cast<std::size_t>(node)].parent != expected) {
-                throw Error(name + ": commit_tree: path node " + std::to_string(node) + " is not a child of " +
-                            (i == 0 ? std::string("the cache") : "node " + std::to_string(expected)));
-            }
-        }
+        specdec::detail::check_commit_path(path, nodes_.size(), [&](std::size_t node) { return nodes_[node].parent; }, name);
     }
 
     // The memory calls that keep `path` (checked) as slot 0's next positions

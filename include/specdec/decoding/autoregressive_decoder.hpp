@@ -34,19 +34,11 @@ public:
         GenerationStats& stats = step.stats();
         this->feed_pass(step, {});
         const LogitsView logits = detail::timed(stats.target_seconds, [&] { return target_.forward(feed_); });
-        const CounterRng rng{this->seed()};
-        LogitsView rows;
-        const Token token = detail::timed(stats.acceptance_seconds, [&] {
-            rows = this->target_rows(logits, {});
-            return detail::sample_next_on_host(rows.last_row(), options_.sampling, rng, sequence_.size(), scratch_);
-        });
-        this->emit(step, std::span<const Token>{}, token, on_token);
-        this->record_logprobs(step, logits, rows, 0);
+        LogitsView processed;
+        const AcceptanceResult verdict = this->sample_plain(step, logits, processed);
+        this->commit(step, std::span<const Token>{}, verdict, on_token, logits, processed);
         return this->finish_step(step);
     }
-
-private:
-    std::vector<float> scratch_;
 };
 
 }  // namespace specdec

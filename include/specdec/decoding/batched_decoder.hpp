@@ -8,11 +8,11 @@
 // cache back on its own, and retires the requests that ended.
 //
 //   specdec::BatchedDecoder decoder(specdec::target(big), specdec::draft(small));
-//   const auto id = decoder.submit(prompt, {.max_new_tokens = 64, .seed = 7}, on_token);
+//   const auto id = decoder.submit(prompt, {.seed = 7, .max_new_tokens = 64}, on_token);
 //   for (specdec::RequestResult& done : decoder.run()) ...   // or step() in your own loop
 //
 // Each request is a DecoderSession of its own (the skeleton every decoder
-// shares: begin_step, feed_pass, emit, finish_step) over its slot of the
+// shares: begin_step, feed_pass, commit, finish_step) over its slot of the
 // models (SlotModel), so a request's tokens are exactly what the
 // single-sequence decoders give for the same prompt, options and draft
 // lengths: the same random streams (keyed by the request's seed and
@@ -31,18 +31,18 @@
 // submit() with specdec::Error. An error inside a step that belongs to one
 // request (NaN logits in its rows, a drafter failing on it) ends that request
 // with status failed and the message; the others go on unchanged.
+//
+// The pieces, one idea each: batch_requests.hpp (ids, statuses, results,
+// options, step reports), batch_slot.hpp (a request's session in its slot),
+// lockstep_drafting.hpp (draft rounds over a multi-sequence draft model);
+// this header is the decoder and includes them all.
 #include <algorithm>
-#include <chrono>
 #include <concepts>
 #include <cstddef>
-#include <cstdint>
 #include <deque>
-#include <functional>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
-#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -50,197 +50,18 @@
 #include "specdec/core/error.hpp"
 #include "specdec/core/model_contract.hpp"
 #include "specdec/decoding/batch_lengths.hpp"
+#include "specdec/decoding/batch_requests.hpp"
+#include "specdec/decoding/batch_slot.hpp"
+#include "specdec/decoding/cache_checks.hpp"
 #include "specdec/decoding/decoding_options.hpp"
 #include "specdec/decoding/drafter.hpp"
-#include "specdec/decoding/model_drafter.hpp"
+#include "specdec/decoding/lockstep_drafting.hpp"
 #include "specdec/decoding/roles.hpp"
 #include "specdec/decoding/sequence_slot.hpp"
 #include "specdec/decoding/session.hpp"
 #include "specdec/decoding/verification.hpp"
 
 namespace specdec {
-
-using RequestId = std::uint64_t;
-
-enum class RequestStatus {
-    waiting,    // submitted, no slot free yet
-    running,    // in a slot, decoding
-    finished,   // ended normally (generation.stop_reason says why)
-    cancelled,  // cancel() ended it (generation holds the tokens emitted before)
-    failed,     // an error inside a step ended it (error says which)
-};
-
-[[nodiscard]] inline std::string_view to_string(RequestStatus status) {
-    switch (status) {
-        case RequestStatus::waiting: return "waiting";
-        case RequestStatus::running: return "running";
-        case RequestStatus::finished: return "finished";
-        case RequestStatus::cancelled: return "cancelled";
-        case RequestStatus::failed: return "failed";
-    }
-    return "unknown";
-}
-
-struct RequestResult {
-    RequestId id = 0;
-    RequestStatus status = RequestStatus::finished;
-    GenerationResult generation;  // tokens and stats, also of a cancelled or failed request
-    std::string error;            // failed: the error's message
-};
-
-// A request's stream: called with each token as it is committed; returning
-// false ends the request (StopReason::callback).
-using TokenStream = std::function<bool(Token)>;
-
-struct BatchOptions {
-    std::size_t max_sequences = 0;  // requests decoded at once; 0 = every slot the models have
-};
-
-// What one step() did.
-struct BatchStepReport {
-    std::size_t admitted = 0;       // requests prefilled into a slot at the start of the step
-    std::size_t sequences = 0;      // requests in the target pass
-    std::size_t target_tokens = 0;  // tokens in the target pass
-    std::size_t drafts = 0;         // draft tokens proposed
-    std::size_t draft_rounds = 0;   // draft passes (lockstep rounds)
-    std::size_t emitted = 0;        // tokens committed
-    std::size_t retired = 0;        // requests that ended in the step
-    double seconds = 0.0;
-};
-
-namespace detail {
-
-// How a batched decoder holds its draft per slot: a draft model through its
-// slot (SlotModel) in a ModelDrafter, a drafter object shared by every slot.
-template <class Draft, bool is_drafter = Drafter<Draft>>
-struct BatchDraftFor {
-    using Model = SlotModel<Draft>;
-    using Source = DrafterFor<Model, ModelDrafter, false>;
-};
-template <class Draft>
-struct BatchDraftFor<Draft, true> {
-    using Model = Draft;
-    using Source = DrafterFor<Draft, ModelDrafter, true>;
-};
-
-// One slot of a batched decoder: the session of the request that holds it.
-// The session outlives its requests, so that a request sharing a prefix with
-// the slot's previous one reuses its cache (prefill keeps the common prefix).
-template <class Target, class Draft>
-class BatchSlot : public DecoderSession<BatchSlot<Target, Draft>, SlotModel<Target>,
-                                        typename BatchDraftFor<Draft>::Source> {
-    using Session = DecoderSession<BatchSlot, SlotModel<Target>, typename BatchDraftFor<Draft>::Source>;
-    using DraftModel = typename BatchDraftFor<Draft>::Model;
-
-public:
-    BatchSlot(SlotModel<Target>& target, DraftModel& draft)
-        : Session(TargetRole<SlotModel<Target>>{target}, DraftRole<DraftModel>{draft}, DecodingOptions{}) {}
-
-    // The request now holding the slot, and what it has produced so far.
-    RequestId id = 0;
-    bool occupied = false, cancel_requested = false;
-    TokenStream stream;
-    GenerationResult result;
-    Clock::time_point started{};
-
-    // Prefills a new request's prompt (keeping what the slot's cache shares with it).
-    void admit(RequestId request, std::span<const Token> prompt, DecodingOptions options, TokenStream on_token) {
-        id = request;
-        occupied = true;
-        cancel_requested = false;
-        stream = std::move(on_token);
-        result = GenerationResult{};
-        started = Clock::now();
-        this->options_ = std::move(options);
-        result.stats = this->prefill(prompt);
-        result.seed = this->seed();
-    }
-
-    [[nodiscard]] std::size_t remaining() const { return this->options_.max_new_tokens - result.tokens.size(); }
-    StepRecord open() { return this->begin_step(remaining()); }
-
-    // The most drafts this step may hold: the target's cache holds committed
-    // + k positions after the pass, and a step emits at most k + 1 tokens.
-    [[nodiscard]] std::size_t cap(const StepRecord& step, bool drafts) const {
-        if (!drafts) return 0;
-        return std::min({this->options_.draft_tokens, step.room, remaining() - 1});
-    }
-
-    [[nodiscard]] CounterRng rng() const { return CounterRng{this->seed()}; }
-    [[nodiscard]] const SamplingOptions& sampling() const { return this->options_.sampling; }
-    auto& drafter() { return this->drafter_; }
-
-    // A proposal from the slot's own drafter (drafting one slot at a time).
-    DraftProposal propose_alone(StepRecord& step, std::size_t k) {
-        const CounterRng random = rng();
-        return this->propose(step, [&] {
-            if (k == 0) return DraftProposal{};
-            return this->drafter_.propose(DraftRequest{this->sequence_, k, this->options_.sampling, random});
-        });
-    }
-
-    // Checks a proposal and makes the pass's feed: the uncached suffix (the
-    // cache rolled back to the committed sequence) and the drafts.
-    std::span<const Token> feed(StepRecord& step, const DraftProposal& draft, std::size_t k_max) {
-        if (draft.size() > k_max) {
-            throw Error("the drafter proposed " + std::to_string(draft.size()) + " tokens when at most " +
-                        std::to_string(k_max) + " were requested");
-        }
-        check_draft_tokens(draft, this->target_.model().vocab_size());
-        this->count_chain_proposal(step, draft.size());
-        this->feed_pass(step, draft.tokens);
-        return this->feed_;
-    }
-
-    [[nodiscard]] std::size_t target_slot() const { return this->target_.model().slot(); }
-
-    // The slot's feed went through a batched pass; its cache grew by it.
-    void fed() { this->target_.record_fed(this->feed_); }
-    // The feed through the slot alone (a model of one sequence).
-    LogitsView forward_alone() { return this->target_.forward(this->feed_); }
-
-    // Verifies the drafts against `rows` (the feed's rows), rolls the cache
-    // back to the accepted prefix, emits, and closes the step. Returns the
-    // drafts accepted; `done` is set when the request has ended.
-    template <class Rule>
-    std::size_t verify_and_emit(StepRecord& step, const DraftProposal& draft, const LogitsView& rows, const Rule& rule,
-                                LazyDistributions& lazy, std::vector<float>& scratch, bool& done) {
-        GenerationStats& stats = step.stats();
-        const CounterRng random = rng();
-        const SamplingOptions& sampling = this->options_.sampling;
-        const std::size_t k = draft.size();
-        AcceptanceResult verdict;
-        LogitsView processed;
-        if (k == 0) {
-            verdict.next_token = timed(stats.acceptance_seconds, [&] {
-                processed = this->target_rows(rows, {});
-                return sample_next_on_host(processed.last_row(), sampling, random, step.committed, scratch);
-            });
-        } else {
-            verdict = timed(stats.acceptance_seconds, [&] {
-                processed = this->target_rows(rows, draft.tokens);
-                return verify_on_host(processed, draft, sampling, random, step.committed, lazy, rule);
-            });
-            if (verdict.accepted > k) throw Error("acceptance rule accepted more drafts than were proposed");
-        }
-        this->target_.truncate(step.committed + verdict.accepted);
-        auto on_token = [this](Token token) { return stream ? stream(token) : true; };
-        this->emit(step, std::span<const Token>(draft.tokens).first(verdict.accepted), verdict.next_token, on_token);
-        this->record_logprobs(step, rows, processed, k);
-        this->count_chain_tests(step, k, verdict.accepted);
-        const StepResult closed = this->finish_step(step);
-        done = add_step(result, closed, this->options_.max_new_tokens);
-        return verdict.accepted;
-    }
-
-    // Closes a step that could not run (the context is full).
-    void close_unrun(StepRecord& step) {
-        const StepResult closed = this->finish_step(step);
-        add_step(result, closed, this->options_.max_new_tokens);
-    }
-};
-
-}  // namespace detail
 
 // Target: the CausalLM whose distribution every request's output follows; a
 // MultiSequenceLM runs every request in one pass, any other CausalLM serves
@@ -303,8 +124,7 @@ public:
     // The same with this request's own acceptance rule (e.g. a ChosenRule
     // per request, so that token-wise and block requests share a batch).
     RequestId submit(std::span<const Token> prompt, DecodingOptions options, TokenStream on_token, Rule rule) {
-        validate(options, /*speculative=*/kDrafts);
-        validate(options.sampling, target_->vocab_size());
+        Slot::check_request_options(options, target_->vocab_size());
         detail::check_prompt(prompt, target_->vocab_size(), target_->context_length());
         const RequestId id = next_id_++;
         waiting_.push_back(Waiting{id, std::vector<Token>(prompt.begin(), prompt.end()), std::move(options),
@@ -406,8 +226,8 @@ public:
             if (a.verified) outcomes_.push_back({a.slot->id, a.proposal.size(), a.accepted});
         }
         report.seconds = detail::seconds_since(start);
-        policy_.observe(BatchOutcome{outcomes_, report.target_tokens, target_seconds_, round_widths_, round_seconds_,
-                                     first_round_caught_up_, acceptance_seconds_,
+        policy_.observe(BatchOutcome{outcomes_, report.target_tokens, target_seconds_, rounds_.widths, rounds_.seconds,
+                                     rounds_.first_round_caught_up, acceptance_seconds_,
                                      report.seconds - admission_seconds});
         for (Active& a : active_) {
             if (a.failed) {
@@ -427,18 +247,7 @@ private:
         TokenStream stream;
         Rule rule;
     };
-    // A request in this step.
-    struct Active {
-        Slot* slot;
-        detail::StepRecord record;
-        std::size_t k_max = 0;
-        DraftProposal proposal{};
-        std::span<const Token> feed{};
-        std::size_t first_row = 0, rows = 0;
-        std::size_t accepted = 0;
-        bool verified = false, done = false, failed = false;
-        std::string error{};
-    };
+    using Active = detail::ActiveRequest<Slot>;
 
     void admit(BatchStepReport& report) {
         while (!waiting_.empty()) {
@@ -488,11 +297,10 @@ private:
     // Every active request's proposal: in lockstep rounds over a draft model
     // of several slots, else each request through its own drafter.
     void draft(BatchStepReport& report) {
-        round_widths_.clear();
-        round_seconds_.clear();
-        first_round_caught_up_ = false;
+        rounds_.clear();
         if constexpr (kLockstep) {
-            draft_in_lockstep(report);
+            report.drafts += lockstep_.draft(*draft_model_, std::span<Active>(active_), rounds_);
+            report.draft_rounds += rounds_.widths.size();
         } else {
             // A drafter that runs no model (prompt lookup) is timed too, as one
             // round over the requests it was asked to draft for: a policy prices
@@ -503,110 +311,23 @@ private:
                 try {
                     a.proposal = a.slot->propose_alone(a.record, a.k_max);
                     if (a.proposal.forward_passes > 0) {
-                        round_widths_.push_back(1);
-                        round_seconds_.push_back(a.record.stats().draft_seconds);
+                        rounds_.widths.push_back(1);
+                        rounds_.seconds.push_back(a.record.stats().draft_seconds);
                     } else if (a.k_max > 0) {
                         ++model_free;
                         model_free_seconds += a.record.stats().draft_seconds;
                     }
                 } catch (const Error& error) {
-                    fail(a, error);
+                    a.fail(error);
                 }
                 report.drafts += a.proposal.size();
                 report.draft_rounds += a.proposal.forward_passes;
             }
             if (model_free > 0) {
-                round_widths_.push_back(model_free);
-                round_seconds_.push_back(model_free_seconds);
+                rounds_.widths.push_back(model_free);
+                rounds_.seconds.push_back(model_free_seconds);
             }
         }
-    }
-
-    // Round r runs the draft model once over every request drafting an
-    // (r + 1)-th token: round 0 feeds each its uncached suffix (catching up
-    // on what the last verification committed), later rounds its last draft.
-    // Each row is turned into a draft exactly as ModelDrafter does.
-    void draft_in_lockstep(BatchStepReport& report)
-        requires kLockstep
-    {
-        const auto start = detail::Clock::now();
-        const std::size_t vocab = draft_model_->vocab_size(), context = draft_model_->context_length();
-        requests_.clear();
-        drafting_.clear();
-        for (std::size_t i = 0; i < active_.size(); ++i) {
-            Active& a = active_[i];
-            const std::span<const Token> history = a.slot->sequence();
-            const std::size_t room = context + 1 > history.size() ? context + 1 - history.size() : 0;
-            a.k_max = std::min(a.k_max, room);
-            a.proposal.vocab = vocab;
-            a.proposal.tokens.reserve(a.k_max);
-            requests_.push_back(DraftRequest{history, a.k_max, a.slot->sampling(), rngs_for(i)});
-            if (a.k_max > 0) drafting_.push_back(i);
-        }
-        for (std::size_t round = 0; !drafting_.empty(); ++round) {
-            const auto round_start = detail::Clock::now();
-            feeds_.clear();
-            for (const std::size_t i : drafting_) {
-                auto& sync = active_[i].slot->drafter().kv_sync();
-                const std::span<const Token> tokens =
-                    round == 0 ? sync.uncached_suffix(requests_[i].history)
-                               : std::span<const Token>(&active_[i].proposal.tokens.back(), 1);
-                // A step commits at most two tokens the draft has not seen
-                // (its last accepted draft and the next token).
-                if (round == 0 && tokens.size() > 2) first_round_caught_up_ = true;
-                feeds_.push_back(SequenceFeed{sync.model().slot(), tokens, /*last_row_only=*/true});
-            }
-            LogitsView rows{};
-            try {
-                rows = draft_model_->forward_batch(feeds_);
-            } catch (const Error& error) {
-                // The model validates before it runs: no draft cache changed.
-                for (const std::size_t i : drafting_) fail(active_[i], error);
-                break;
-            }
-            round_widths_.push_back(drafting_.size());
-            still_.clear();
-            for (std::size_t f = 0; f < drafting_.size(); ++f) {
-                Active& a = active_[drafting_[f]];
-                a.slot->drafter().kv_sync().record_fed(feeds_[f].tokens);
-                ++a.proposal.forward_passes;
-                try {
-                    // Checked before any row is read: a pass that returned fewer rows than
-                    // feeds would hand the last requests memory the model never wrote.
-                    if (rows.rows != drafting_.size() || rows.vocab != vocab || rows.data == nullptr ||
-                        (rows.rows > 1 && rows.row_stride < rows.vocab)) {
-                        throw Error("draft model forward_batch returned " + std::to_string(rows.rows) +
-                                    " logits rows of " + std::to_string(rows.vocab) + " values for " +
-                                    std::to_string(drafting_.size()) + " sequences: expected one row of vocab_size() = " +
-                                    std::to_string(vocab) + " values per sequence");
-                    }
-                    const bool kept = detail::draft_from_row(rows.row(f), requests_[drafting_[f]], round, a.proposal);
-                    if (kept && round + 1 < a.k_max && !detail::stop_before_pass(requests_[drafting_[f]], round + 1)) {
-                        still_.push_back(drafting_[f]);
-                    }
-                } catch (const Error& error) {
-                    fail(a, error);
-                }
-            }
-            round_seconds_.push_back(detail::seconds_since(round_start));
-            drafting_.swap(still_);
-        }
-        const double seconds = detail::seconds_since(start);
-        for (Active& a : active_) {
-            GenerationStats& stats = a.record.stats();
-            stats.draft_seconds = a.proposal.forward_passes > 0 ? seconds : 0.0;
-            stats.draft_forward_passes = a.proposal.forward_passes;
-            stats.draft_tokens_proposed = a.proposal.size();
-            report.drafts += a.proposal.size();
-        }
-        report.draft_rounds += round_widths_.size();
-    }
-
-    // The random stream of active request i (kept alive for its DraftRequest).
-    const CounterRng& rngs_for(std::size_t i) {
-        if (rngs_.size() < active_.size()) rngs_.resize(active_.size());
-        rngs_[i] = active_[i].slot->rng();
-        return rngs_[i];
     }
 
     // One target pass over every request's feed, then each request's rule.
@@ -618,7 +339,7 @@ private:
             try {
                 a.feed = a.slot->feed(a.record, a.proposal, a.k_max);
             } catch (const Error& error) {
-                fail(a, error);
+                a.fail(error);
                 continue;
             }
             a.first_row = rows;
@@ -635,7 +356,7 @@ private:
             all = detail::timed(target_seconds_, [&] { return pass(); });
         } catch (const Error& error) {
             for (Active& a : active_)
-                if (!a.failed) fail(a, error);
+                if (!a.failed) a.fail(error);
             return;
         }
         report.sequences = feeds_.size();
@@ -647,11 +368,11 @@ private:
                 const LogitsView rows_of_a{all.data + a.first_row * all.row_stride, a.rows, all.vocab, all.row_stride};
                 const std::size_t before = a.slot->result.tokens.size();
                 a.accepted = a.slot->verify_and_emit(a.record, a.proposal, rows_of_a, rules_[slot_index(*a.slot)], lazy_,
-                                                     scratch_, a.done);
+                                                     a.done);
                 a.verified = true;
                 report.emitted += a.slot->result.tokens.size() - before;
             } catch (const Error& error) {
-                fail(a, error);
+                a.fail(error);
             }
         }
         acceptance_seconds_ = detail::seconds_since(start);
@@ -676,23 +397,16 @@ private:
     void check_rows(const LogitsView& all, std::span<const SequenceFeed> feeds) const {
         std::size_t expected = 0;
         for (const SequenceFeed& f : feeds) expected += f.last_row_only ? 1 : f.tokens.size();
-        if (all.rows != expected || all.vocab != target_->vocab_size() || all.data == nullptr ||
-            (all.rows > 1 && all.row_stride < all.vocab)) {
-            throw Error("model forward_batch returned " + std::to_string(all.rows) + " logits rows of " +
-                        std::to_string(all.vocab) + " values for " + std::to_string(expected) +
-                        " rows expected of vocab_size() = " + std::to_string(target_->vocab_size()) + " values");
-        }
+        detail::check_logits_shape(all, expected, target_->vocab_size(), "model forward_batch",
+                                   std::to_string(feeds.size()) + " sequences",
+                                   std::to_string(expected) + " rows (one per token fed, one per last-row-only feed)");
     }
 
     [[nodiscard]] std::size_t slot_index(const Slot& slot) const { return slot.target_slot(); }
 
-    static void fail(Active& a, const Error& error) {
-        a.failed = true;
-        a.error = error.what();
-    }
-
     Target* target_;
     std::conditional_t<kLockstep, Draft*, std::nullptr_t> draft_model_{};
+    std::conditional_t<kLockstep, detail::LockstepDrafting<Draft>, std::nullptr_t> lockstep_{};
     Rule rule_;
     std::vector<Rule> rules_;  // the rule of the request in each slot
     Policy policy_;
@@ -705,16 +419,12 @@ private:
     // Per-step scratch, kept between steps.
     std::vector<Active> active_;
     std::vector<SequenceDraftQuery> queries_;
-    std::vector<std::size_t> lengths_, drafting_, still_, round_widths_;
-    std::vector<double> round_seconds_;
+    std::vector<std::size_t> lengths_;
+    detail::DraftRounds rounds_;
     std::vector<SequenceOutcome> outcomes_;
-    std::vector<DraftRequest> requests_;
-    std::vector<CounterRng> rngs_;
     std::vector<SequenceFeed> feeds_;
     detail::LazyDistributions lazy_;
-    std::vector<float> scratch_;
     double target_seconds_ = 0.0, acceptance_seconds_ = 0.0;
-    bool first_round_caught_up_ = false;
 };
 
 }  // namespace specdec

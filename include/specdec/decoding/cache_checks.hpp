@@ -94,5 +94,33 @@ void check_cache_grew(const Model& model, std::size_t before, std::size_t fed, s
     }
 }
 
+// The one check of a pass's logits rows, before any row is read: `rows`
+// rows (a pass that returned fewer would hand its callers memory the model
+// never wrote), each of `vocab` values (0: any width above zero), with data
+// and a row stride of at least the width. `source` says who returned them
+// ("model forward", "verify_tree: the caller"), `fed` what they were for ("3
+// tokens"), `expected` how many rows that calls for ("one row per token").
+inline void check_logits_shape(const LogitsView& logits, std::size_t rows, std::size_t vocab, std::string_view source,
+                               std::string_view fed, std::string_view expected) {
+    if (logits.rows != rows) {
+        std::ostringstream message;
+        message << source << " returned " << logits.rows << " logits rows for " << fed << ": expected " << expected;
+        throw Error(message.str());
+    }
+    if (logits.rows == 0) return;
+    const bool width_ok = vocab == 0 ? logits.vocab > 0 : logits.vocab == vocab;
+    if (!width_ok || logits.data == nullptr || (logits.rows > 1 && logits.row_stride < logits.vocab)) {
+        std::ostringstream message;
+        message << source << " returned logits rows of " << logits.vocab << " values (row stride " << logits.row_stride
+                << (logits.data == nullptr ? ", no data" : "") << ") for " << fed << ": expected ";
+        if (vocab == 0) {
+            message << "rows of at least one value";
+        } else {
+            message << "vocab_size() = " << vocab << " values per row";
+        }
+        throw Error(message.str());
+    }
+}
+
 }  // namespace detail
 }  // namespace specdec

@@ -10,26 +10,11 @@
 #include <vector>
 
 #include "specdec/core/error.hpp"
+#include "specdec/core/logprobs.hpp"
 #include "specdec/core/types.hpp"
 #include "specdec/core/sampling_options.hpp"
 
 namespace specdec {
-
-// Which distribution a token's logprob is read from.
-enum class LogprobSource : unsigned char {
-    processed,  // the distribution the token was drawn from: after the whole chain (greedy: the point mass)
-    raw,        // log-softmax of the model's logits, nothing applied
-};
-
-// Logprobs of each emitted token, and of the top_n most probable tokens of
-// its row, reported with the tokens (GenerationResult::logprobs). Under
-// speculation they are read from the target's verification rows, which are
-// the rows autoregressive decoding would have sampled from.
-struct LogprobOptions {
-    bool enabled = false;
-    std::size_t top_n = 0;
-    LogprobSource source = LogprobSource::processed;
-};
 
 struct DecodingOptions {
     std::size_t draft_tokens = 4;      // k: tokens proposed per target pass (the most, with a length policy)

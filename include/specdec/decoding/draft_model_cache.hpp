@@ -4,10 +4,10 @@
 // sequence, its prefill, and the check of the logits rows it returns.
 #include <cstddef>
 #include <span>
-#include <sstream>
 
 #include "specdec/core/error.hpp"
 #include "specdec/core/model_contract.hpp"
+#include "specdec/decoding/cache_checks.hpp"
 #include "specdec/decoding/kv_sync.hpp"
 
 namespace specdec::detail {
@@ -36,13 +36,10 @@ public:
     }
 
 protected:
+    // Every row the drafter reads is vocab_size() values wide (the rows' count
+    // is the pass's to check).
     void check_vocab(const LogitsView& logits) const {
-        if (logits.vocab != vocab_size()) {
-            std::ostringstream message;
-            message << "draft model returned logits rows of " << logits.vocab << " values; its vocab_size() is "
-                    << vocab_size();
-            throw Error(message.str());
-        }
+        check_logits_shape(logits, logits.rows, vocab_size(), "draft model", "a draft", "its vocabulary's width");
     }
 
     KvSync<Model> cache_;

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "specdec/core/logprobs.hpp"
 #include "specdec/core/types.hpp"
 
 namespace specdec {
@@ -134,21 +135,6 @@ private:
         if (into.size() < from.size()) into.resize(from.size(), 0);
         for (std::size_t i = 0; i < from.size(); ++i) into[i] += from[i];
     }
-};
-
-// One alternative of a token's row and its logprob.
-struct TopLogprob {
-    Token token = 0;
-    float logprob = 0.0f;
-};
-
-// An emitted token's logprob (DecodingOptions::logprobs), and its row's
-// top_n tokens, most probable first (ties to the lowest id). -infinity for a
-// token its row cannot produce.
-struct TokenLogprob {
-    Token token = 0;
-    float logprob = 0.0f;
-    std::vector<TopLogprob> top{};
 };
 
 struct GenerationResult {

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <cstddef>
 #include <span>
-#include <sstream>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -136,20 +136,8 @@ private:
     // values each (`expected` says what the call promises, for the message).
     void check_rows(const LogitsView& logits, std::size_t rows, std::size_t tokens, const char* call,
                     const char* expected) const {
-        if (logits.rows != rows) {
-            std::ostringstream message;
-            message << "model " << call << " returned " << logits.rows << " logits rows for " << tokens
-                    << " tokens: expected " << expected;
-            throw Error(message.str());
-        }
-        if (logits.rows > 0 && (logits.vocab != model_->vocab_size() || (logits.rows > 1 && logits.row_stride < logits.vocab) ||
-                                logits.data == nullptr)) {
-            std::ostringstream message;
-            message << "model " << call << " returned logits rows of " << logits.vocab << " values (row stride "
-                    << logits.row_stride << (logits.data == nullptr ? ", no data" : "")
-                    << "): expected vocab_size() = " << model_->vocab_size() << " values per row";
-            throw Error(message.str());
-        }
+        check_logits_shape(logits, rows, model_->vocab_size(), std::string("model ") + call,
+                           std::to_string(tokens) + " tokens", expected);
     }
 
     Model* model_;

@@ -6,21 +6,22 @@
 //   StepRecord step = begin_step(max_tokens);    // the call checked; committed length and free context
 //   if (step.stopped()) return ...;              // context full
 //   proposal = propose(step, [&] { ... });        // timed; counts the proposal's size and passes
-//   ...check the proposal (its own shape)...
+//   ...check the proposal (a chain: check_proposal against draft_cap)...
 //   feed_pass(step, drafts);                     // feed_ = uncached suffix + drafts
-//   ...ONE target pass over feed_, then the rule (its own: chain, tree, device)...
-//   ...roll the target back to the accepted prefix (truncate / commit_tree)...
-//   emit(step, accepted drafts, next token, on_token);   // commit + emit + accepted counts
+//   ...ONE target pass over feed_, then the rule (a chain on the host:
+//      verify_chain, or sample_plain at k = 0; a tree or the device: its own)...
+//   commit(step, drafts, verdict, on_token, ...);  // a chain: truncate, emit, logprobs, tested counts
+//   (a tree: commit_tree, then emit(step, accepted drafts, next token, on_token))
 //   return finish_step(step, policy, outcome);           // total time, policy.observe
 //
-// The decoder supplies: how many drafts to ask for (its policy), the proposal's
-// check, the pass (forward, forward_tree, forward_and_verify), the rule and the
-// rollback, and counters only it has (tested positions, sibling ranks).
+// The decoder supplies: how many drafts to ask for (its policy), the pass
+// (forward, forward_tree, forward_and_verify, or its share of a batched
+// pass), the rule of a tree, and counters only it has (sibling ranks).
 // The session supplies: the committed sequence, the target's KvSync, the
 // drafter, construction with validation, prefill, reset, generate(), and the
-// phases above. A decoder that verifies many sequences in one target pass
-// runs begin_step / propose / emit / finish_step once per sequence around its
-// one shared pass.
+// phases above, the chain's included. A decoder that verifies many sequences
+// in one target pass runs begin_step / propose / commit / finish_step once
+// per sequence around its one shared pass.
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
@@ -31,7 +32,9 @@
 #include <utility>
 #include <vector>
 
+#include "specdec/core/draft_proposal.hpp"
 #include "specdec/core/error.hpp"
+#include "specdec/core/rng.hpp"
 #include "specdec/core/types.hpp"
 #include "specdec/decoding/decoding_options.hpp"
 #include "specdec/decoding/drafter.hpp"
@@ -39,6 +42,7 @@
 #include "specdec/decoding/kv_sync.hpp"
 #include "specdec/decoding/roles.hpp"
 #include "specdec/decoding/step_record.hpp"
+#include "specdec/decoding/verification.hpp"
 #include "specdec/sampling/logit_adjustments.hpp"
 #include "specdec/sampling/token_logprobs.hpp"
 
@@ -202,8 +206,7 @@ protected:
     DecoderSession(Target& target, DecodingOptions options)
         requires(!kDrafts)
         : options_(std::move(options)), target_(target, "target") {
-        validate(options_, /*speculative=*/false);
-        validate(options_.sampling, target.vocab_size());
+        check_options(options_, target.vocab_size(), /*speculative=*/false);
     }
 
     // Throws specdec::Error for invalid options or when a draft model's
@@ -212,9 +215,24 @@ protected:
         requires kDrafts
     DecoderSession(TargetRole<Target> target, DraftRole<Draft> draft, DecodingOptions options)
         : options_(std::move(options)), drafter_(DraftSource::make(draft.source)), target_(target.model, "target") {
-        validate(options_, /*speculative=*/true);
-        validate(options_.sampling, target.model.vocab_size());
+        check_options(options_, target.model.vocab_size(), /*speculative=*/true);
         check_shared_vocabulary(draft.source, target.model);
+    }
+
+    // The validation of a session's options, for a target of `vocab` tokens:
+    // a speculative session drafts at least one token per step. Throws
+    // specdec::Error.
+    static void check_options(const DecodingOptions& options, std::size_t vocab, bool speculative) {
+        validate(options, speculative);
+        validate(options.sampling, vocab);
+    }
+
+    // Makes `options` the session's (for the next prefill) after the
+    // validation construction applies. Throws specdec::Error and keeps the
+    // old options when they are invalid.
+    void set_options(DecodingOptions options, bool speculative) {
+        check_options(options, target_.model().vocab_size(), speculative);
+        options_ = std::move(options);
     }
 
     static constexpr std::size_t kUnlimited = std::numeric_limits<std::size_t>::max();
@@ -316,6 +334,68 @@ protected:
         for (std::size_t i = 0; i < std::min(k, accepted + 1); ++i) ++step.stats().tested_at_position[i];
     }
 
+    // The most drafts a chain step may propose: the target's cache holds
+    // committed + k positions after the pass, and a step emits at most k + 1
+    // of the max_tokens it may emit.
+    [[nodiscard]] std::size_t draft_cap(const StepRecord& step, std::size_t max_tokens) const {
+        return std::min({options_.draft_tokens, step.room, max_tokens - 1});
+    }
+
+    // A chain proposal holds no more drafts than requested (k_max), every id
+    // in the target's vocabulary. Throws specdec::Error.
+    void check_proposal(const DraftProposal& draft, std::size_t k_max) const {
+        if (draft.size() > k_max) {
+            std::ostringstream message;
+            message << "the drafter proposed " << draft.size() << " tokens when at most " << k_max
+                    << " were requested";
+            throw Error(message.str());
+        }
+        check_draft_tokens(draft, target_.model().vocab_size());
+    }
+
+    // The rule over a chain on the host, timed as acceptance: the pass's last
+    // k + 1 rows (`rows`) through the logit stages (into `processed`, for
+    // record_logprobs), then verify_on_host. `lazy` is reused between calls.
+    template <class Rule>
+    AcceptanceResult verify_chain(StepRecord& step, const LogitsView& rows, const DraftProposal& draft,
+                                  const Rule& rule, LazyDistributions& lazy, LogitsView& processed) {
+        return timed(step.stats().acceptance_seconds, [&] {
+            processed = target_rows(rows, draft.tokens);
+            return verify_on_host(processed, draft, options_.sampling, CounterRng{seed_}, step.committed, lazy, rule);
+        });
+    }
+
+    // A step of no drafts: the pass's last row through the logit stages (into
+    // `processed`) and one token sampled from it, as plain autoregressive
+    // decoding does; timed as acceptance.
+    AcceptanceResult sample_plain(StepRecord& step, const LogitsView& rows, LogitsView& processed) {
+        AcceptanceResult verdict;
+        verdict.next_token = timed(step.stats().acceptance_seconds, [&] {
+            processed = target_rows(rows, {});
+            return sample_next_on_host(processed.last_row(), options_.sampling, CounterRng{seed_}, step.committed,
+                                       sample_scratch_);
+        });
+        return verdict;
+    }
+
+    // Commits a chain's verdict over `drafts` (k of them): rolls the target
+    // back to the kept prefix (the next token stays pending, fed by the next
+    // pass), emits (emit), records the logprobs when the rows were on the host
+    // (`processed` has data; `raw` is the pass's rows), and counts the drafts
+    // tested. Throws specdec::Error for a verdict that keeps more than k
+    // drafts. Returns the number of tokens emitted.
+    template <class OnToken>
+    std::size_t commit(StepRecord& step, std::span<const Token> drafts, const AcceptanceResult& verdict,
+                       OnToken& on_token, const LogitsView& raw, const LogitsView& processed) {
+        const std::size_t k = drafts.size();
+        check_verdict(verdict, k);
+        target_.truncate(step.committed + verdict.accepted);
+        const std::size_t emitted = emit(step, drafts.first(verdict.accepted), verdict.next_token, on_token);
+        if (processed.data != nullptr) record_logprobs(step, raw, processed, k);
+        count_chain_tests(step, k, verdict.accepted);
+        return emitted;
+    }
+
     // Closes a step: its total time.
     StepResult finish_step(StepRecord& step) {
         step.stats().total_seconds = seconds_since(step.start);
@@ -364,6 +444,7 @@ private:
     std::vector<Token> step_tokens_;  // the current step's accepted drafts and next token
     AdjustedRows adjusted_rows_;
     std::vector<float> logprob_scratch_;
+    std::vector<float> sample_scratch_;  // sample_plain's distribution
 };
 
 }  // namespace specdec::detail

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <span>
-#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -67,9 +66,7 @@ public:
         detail::StepRecord step = this->begin_step(max_tokens);
         if (step.stopped()) return std::move(step.result);
         const CounterRng rng{this->seed()};
-        // The target's cache will hold committed + k positions after the pass, and
-        // a step emits at most k + 1 tokens: draft no more than either allows.
-        const std::size_t cap = std::min({options_.draft_tokens, step.room, max_tokens - 1});
+        const std::size_t cap = this->draft_cap(step, max_tokens);
         std::size_t k_max = 0;
         const DraftProposal draft = this->propose(step, [&] {
             const DraftPlan plan = policy_.plan(cap, step.committed);
@@ -77,21 +74,15 @@ public:
             if (k_max == 0) return DraftProposal{};
             return drafter_.propose(DraftRequest{sequence_, k_max, options_.sampling, rng, plan.stop});
         });
-        check_proposal(draft, k_max);
+        this->check_proposal(draft, k_max);
         const std::size_t k = draft.size();
         this->count_chain_proposal(step, k);
 
-        // One target pass over [uncached history..., drafts...], then the rule.
+        // One target pass over [uncached history..., drafts...], then the rule,
+        // then the target rolled back to the accepted prefix.
         this->feed_pass(step, draft.tokens);
         const AcceptanceResult verdict = verify(step, draft, rng);
-        if (verdict.accepted > k) throw Error("acceptance rule accepted more drafts than were proposed");
-
-        // Roll the target back to the accepted prefix; the next token stays
-        // pending (it is fed at the start of the next pass).
-        target_.truncate(step.committed + verdict.accepted);
-        this->emit(step, std::span<const Token>(draft.tokens).first(verdict.accepted), verdict.next_token, on_token);
-        if (host_rows_.data != nullptr) this->record_logprobs(step, pass_rows_, host_rows_, k);
-        this->count_chain_tests(step, k, verdict.accepted);
+        this->commit(step, draft.tokens, verdict, on_token, pass_rows_, host_rows_);
         return this->finish_step(step, policy_, StepOutcome{.proposed = k, .accepted = verdict.accepted});
     }
 
@@ -99,17 +90,6 @@ public:
     [[nodiscard]] const Policy& policy() const { return policy_; }
 
 private:
-    // No more drafts than requested, every id in the target's vocabulary.
-    void check_proposal(const DraftProposal& draft, std::size_t k_max) const {
-        if (draft.size() > k_max) {
-            std::ostringstream message;
-            message << "the drafter proposed " << draft.size() << " tokens when at most " << k_max
-                    << " were requested";
-            throw Error(message.str());
-        }
-        detail::check_draft_tokens(draft, target_.model().vocab_size());
-    }
-
     // The pass over feed_ and the rule: on the target's device when it
     // verifies there (no logits copied back), else on the host. Steps that
     // need the rows on the host (logit stages, logprobs) verify there.
@@ -126,10 +106,7 @@ private:
             }
         }
         pass_rows_ = detail::timed(stats.target_seconds, [&] { return target_.forward(feed_); });
-        return detail::timed(stats.acceptance_seconds, [&] {
-            host_rows_ = this->target_rows(pass_rows_, draft.tokens);
-            return detail::verify_on_host(host_rows_, draft, sampling, rng, step.committed, rows_, rule_);
-        });
+        return this->verify_chain(step, pass_rows_, draft, rule_, rows_, host_rows_);
     }
 
     Rule rule_;

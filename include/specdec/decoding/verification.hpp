@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "specdec/core/error.hpp"
 #include "specdec/core/rng.hpp"
 #include "specdec/core/types.hpp"
 #include "specdec/sampling/acceptance.hpp"
@@ -20,6 +21,17 @@
 namespace specdec {
 
 namespace detail {
+
+// The last `count` rows of a pass (the rows that score the drafts and the
+// token after them).
+[[nodiscard]] inline LogitsView last_rows(const LogitsView& all, std::size_t count) {
+    return LogitsView{all.data + (all.rows - count) * all.row_stride, count, all.vocab, all.row_stride};
+}
+
+// A rule's verdict over k drafts keeps at most all k of them.
+inline void check_verdict(const AcceptanceResult& verdict, std::size_t k) {
+    if (verdict.accepted > k) throw Error("acceptance rule accepted more drafts than were proposed");
+}
 
 // `logits` holds at least draft.size() + 1 rows; the last k + 1 are used.
 // They have been through the logit stages (DecoderSession::target_rows).

@@ -171,18 +171,9 @@ inline void check_verify_drafts(const DraftProposal& drafts, std::size_t vocab, 
 // NaN or +inf, not all -inf): checked up front, although the rule may read
 // only some of them, so that a bad row is an error whatever was drafted.
 inline void check_verify_rows(const LogitsView& rows, std::size_t k, std::uint64_t first_position) {
-    if (rows.rows != k + 1) {
-        std::ostringstream message;
-        message << "verify_drafts: " << rows.rows << " target rows for " << k << " drafts: expected k + 1 = " << k + 1
-                << " (row i scores draft i, row k the token after the last draft)";
-        throw Error(message.str());
-    }
-    if (rows.vocab == 0 || rows.data == nullptr || (rows.rows > 1 && rows.row_stride < rows.vocab)) {
-        std::ostringstream message;
-        message << "verify_drafts: target rows of " << rows.vocab << " values with row stride " << rows.row_stride
-                << (rows.data == nullptr ? " and no data" : "") << ": expected rows of the vocabulary's width";
-        throw Error(message.str());
-    }
+    check_logits_shape(rows, k + 1, 0, "verify_drafts: the target's pass", std::to_string(k) + " drafts",
+                       "k + 1 = " + std::to_string(k + 1) +
+                           " (row i scores draft i, row k the token after the last draft)");
     for (std::size_t i = 0; i <= k; ++i) (void)checked_max_logit(rows.row(i), "target model", first_position + i);
 }
 
@@ -223,7 +214,7 @@ template <AcceptanceRule Rule = TokenwiseRejection>
     thread_local detail::LazyDistributions rows;
     const AcceptanceResult verdict =
         detail::verify_on_host(target_rows, drafts, sampling, rng, first_position, rows, rule);
-    if (verdict.accepted > k) throw Error("acceptance rule accepted more drafts than were proposed");
+    detail::check_verdict(verdict, k);
     VerifyResult result;
     result.accepted = verdict.accepted;
     result.next_token = verdict.next_token;
@@ -272,15 +263,9 @@ template <CausalLM Model, AcceptanceRule Rule = TokenwiseRejection>
     detail::check_cache_grew(target, before, feed.size(), "target", "forward");
     VerifyResult result;
     try {
-        if (all.rows != feed.size() || all.vocab != vocab) {
-            std::ostringstream message;
-            message << "verify_drafts: the target's forward returned " << all.rows << " rows of " << all.vocab
-                    << " values for " << feed.size() << " tokens: expected one row of vocab_size() = " << vocab
-                    << " per token";
-            throw Error(message.str());
-        }
-        const LogitsView last{all.data + (all.rows - (k + 1)) * all.row_stride, k + 1, all.vocab, all.row_stride};
-        result = verify_drafts(last, drafts, sampling, rng, first_position, rule);
+        detail::check_logits_shape(all, feed.size(), vocab, "verify_drafts: the target's forward",
+                           std::to_string(feed.size()) + " tokens", "one row per token");
+        result = verify_drafts(detail::last_rows(all, k + 1), drafts, sampling, rng, first_position, rule);
     } catch (const Error&) {
         detail::truncate_checked(target, before, "target");
         throw;

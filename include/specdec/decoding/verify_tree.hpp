@@ -71,13 +71,10 @@ template <TreeAcceptanceRule Rule = RecursiveRejection>
 [[nodiscard]] TreeVerifyResult verify_tree(const LogitsView& target_rows, const TreeProposal& tree,
                                            const SamplingOptions& sampling, const CounterRng& rng,
                                            std::uint64_t first_position, const Rule& rule = {}) {
-    if (target_rows.rows != tree.size() + 1 || target_rows.vocab == 0 || target_rows.data == nullptr) {
-        std::ostringstream message;
-        message << "verify_tree: " << target_rows.rows << " target rows of " << target_rows.vocab << " values for a tree of "
-                << tree.size() << " nodes: expected " << tree.size() + 1
-                << " rows (row 0 after the committed sequence, row 1 + i after node i)";
-        throw Error(message.str());
-    }
+    detail::check_logits_shape(target_rows, tree.size() + 1, 0, "verify_tree: the target's pass",
+                               "a tree of " + std::to_string(tree.size()) + " nodes",
+                               std::to_string(tree.size() + 1) +
+                                   " rows (row 0 after the committed sequence, row 1 + i after node i)");
     detail::check_verify_tree(tree, target_rows.vocab, sampling);
     // The index and the rows' processing buffers are reused between calls of a thread.
     thread_local detail::TreeIndex index;
@@ -117,12 +114,8 @@ template <TreeLM Model, TreeAcceptanceRule Rule = RecursiveRejection>
     detail::check_cache_grew(target, before, 0, "target", "forward_tree (which must not grow the cache)");
     TreeVerifyResult result;
     try {
-        if (all.rows != feed.size() || all.vocab != vocab) {
-            std::ostringstream message;
-            message << "verify_tree: the target's forward_tree returned " << all.rows << " rows of " << all.vocab
-                    << " values for " << feed.size() << " nodes: expected one row of vocab_size() = " << vocab << " per node";
-            throw Error(message.str());
-        }
+        detail::check_logits_shape(all, feed.size(), vocab, "verify_tree: the target's forward_tree",
+                                   std::to_string(feed.size()) + " nodes", "one row per node");
         const LogitsView rows{all.data + (chain - 1) * all.row_stride, tree.size() + 1, all.vocab, all.row_stride};
         result = verify_tree(rows, tree, sampling, rng, before + chain, rule);
     } catch (const Error&) {

@@ -305,7 +305,7 @@ public:
         }
         copy_to_device(s.tokens.data(), s.host_tokens.data(), total, s.stream.get());
         copy_to_device(s.feed_past.data(), s.host_feed_past.data(), feeds.size(), s.stream.get());
-        detail::dispatch_precision(s.weights().precision, [&]<class T>() { enqueue_batch_pass_as<T>(feeds, total); });
+        detail::dispatch_precision(s.weights().precision, [&]<class T>() { enqueue_batch_pass_as<T>(feeds); });
         copy_to_host(s.host_logits.data(), s.logits.data(), rows * vocab, s.stream.get());
         s.stream.synchronize();
         for (const SequenceFeed& feed : feeds) s.cached[feed.slot] += feed.tokens.size();
@@ -537,61 +537,49 @@ private:
         }
     }
 
+    // One sequence's rows in a pass: `rows` tokens of cache slot `slot`, of
+    // which the last `returned` go through the final norm and the head.
+    struct PassFeed {
+        std::size_t slot, rows, returned;
+    };
+
+    // The pass over the tokens of one sequence (slot 0, its cached positions
+    // in s.past): the pass of enqueue_feeds_as with one feed, whose last
+    // logit_rows rows are returned.
     template <class T>
     void enqueue_pass_as(std::size_t n_tokens, std::size_t logit_rows) {
-        detail::CudaLlamaState& s = *state_;
-        const DeviceLlamaWeights& w = s.weights();
-        const LlamaConfig& c = w.config;
-        const cudaStream_t stream = s.stream.get();
-        const cublasHandle_t blas = s.cublas.get();
-        const int n = static_cast<int>(n_tokens);
-        const int dim = static_cast<int>(c.embedding_dim), kv = static_cast<int>(c.kv_dim());
-        const int ffn = static_cast<int>(c.feed_forward_dim), vocab = static_cast<int>(c.vocab_size);
-        const int head_dim = static_cast<int>(c.head_dim()), heads = static_cast<int>(c.head_count);
-        const int group = static_cast<int>(c.head_count / c.kv_heads());
-        auto as = [](auto& buffer) { return reinterpret_cast<T*>(buffer.data()); };
-        auto weights = [](const DeviceBuffer<std::byte>& buffer) { return reinterpret_cast<const T*>(buffer.data()); };
-
-        detail::launch_embedding<T>(s.tokens.data(), weights(w.token_embedding), s.x.data(), n, dim, stream);
-        for (std::size_t layer = 0; layer < c.layer_count; ++layer) {
-            const DeviceLayerWeights& l = w.layers[layer];
-            detail::launch_rms_norm<T>(s.x.data(), l.attention_norm.data(), as(s.normed), n, dim, c.rms_norm_eps, stream);
-            detail::gemm<T>(blas, weights(l.qkv), as(s.normed), s.qkv.data(), dim + 2 * kv, dim, n, false);
-            detail::launch_rope_and_store_kv(s.qkv.data(), s.keys(layer), s.values(layer), s.past.data(),
-                                             s.inverse_frequencies.data(), s.position_scale, n, dim, kv, head_dim,
-                                             static_cast<int>(c.rotary_dim()), stream);
-            detail::launch_attention<T>(s.qkv.data(), s.keys(layer), s.values(layer), s.past.data(), as(s.attention_out),
-                                        n, heads, dim, kv, head_dim, group, stream);
-            detail::gemm<T>(blas, weights(l.attention_output), as(s.attention_out), s.x.data(), dim, dim, n, true);
-
-            detail::launch_rms_norm<T>(s.x.data(), l.ffn_norm.data(), as(s.normed), n, dim, c.rms_norm_eps, stream);
-            detail::gemm<T>(blas, weights(l.gate_up), as(s.normed), s.gate_up.data(), 2 * ffn, dim, n, false);
-            detail::launch_swiglu<T>(s.gate_up.data(), as(s.hidden), n, ffn, stream);
-            detail::gemm<T>(blas, weights(l.down), as(s.hidden), s.x.data(), dim, ffn, n, true);
-        }
-        // Only the rows whose logits are wanted go through the final norm and the head.
-        const std::size_t first = n_tokens - logit_rows;
-        detail::launch_rms_norm<T>(s.x.data() + first * c.embedding_dim, w.output_norm.data(), as(s.normed),
-                                   static_cast<int>(logit_rows), dim, c.rms_norm_eps, stream);
-        detail::gemm<T>(blas, weights(w.output), as(s.normed), s.logits.data(), vocab, dim, static_cast<int>(logit_rows),
-                        false);
+        const PassFeed one{0, n_tokens, logit_rows};
+        enqueue_feeds_as<T>(std::span<const PassFeed>(&one, 1), state_->past.data());
     }
 
     // forward_batch's pass: the feeds' tokens side by side in s.tokens (feed f
-    // from row start_f), each feed's cached positions in s.feed_past[f]. The
-    // GEMMs run once over all `total` rows; the per-token kernels that read or
-    // write a cache (RoPE and the cache store, attention) run per feed, on
-    // that feed's rows and slot, exactly as enqueue_pass_as runs them for one
-    // sequence. The returned rows (all of a feed's, or its last) are
-    // normalised into consecutive rows of s.normed, in feed order, so that the
-    // head's GEMM writes them to s.logits in the order forward_batch returns.
+    // from row start_f), each feed's cached positions in s.feed_past[f].
     template <class T>
-    void enqueue_batch_pass_as(std::span<const SequenceFeed> feeds, std::size_t total) {
+    void enqueue_batch_pass_as(std::span<const SequenceFeed> feeds) {
+        pass_feeds_.clear();
+        for (const SequenceFeed& feed : feeds) {
+            pass_feeds_.push_back(PassFeed{feed.slot, feed.tokens.size(), feed.last_row_only ? 1 : feed.tokens.size()});
+        }
+        enqueue_feeds_as<T>(pass_feeds_, state_->feed_past.data());
+    }
+
+    // The one layer loop of every pass: the feeds' rows side by side in
+    // s.tokens (feed f from row start_f), feed f's cached positions at
+    // past[f] (device). The GEMMs run once over all rows; the per-token
+    // kernels that read or write a cache (RoPE and the cache store,
+    // attention) run per feed, on that feed's rows and slot. Each feed's
+    // returned rows are normalised into consecutive rows of s.normed, in
+    // feed order, so that the head's GEMM writes them to s.logits in that
+    // order.
+    template <class T>
+    void enqueue_feeds_as(std::span<const PassFeed> feeds, const int* past) {
         detail::CudaLlamaState& s = *state_;
         const DeviceLlamaWeights& w = s.weights();
         const LlamaConfig& c = w.config;
         const cudaStream_t stream = s.stream.get();
         const cublasHandle_t blas = s.cublas.get();
+        std::size_t total = 0;
+        for (const PassFeed& feed : feeds) total += feed.rows;
         const int n = static_cast<int>(total);
         const int dim = static_cast<int>(c.embedding_dim), kv = static_cast<int>(c.kv_dim());
         const int ffn = static_cast<int>(c.feed_forward_dim), vocab = static_cast<int>(c.vocab_size);
@@ -609,16 +597,15 @@ private:
             std::size_t start = 0;  // the feed's first row
             for (std::size_t f = 0; f < feeds.size(); ++f) {
                 const std::size_t slot = feeds[f].slot;
-                const int rows = static_cast<int>(feeds[f].tokens.size());
+                const int rows = static_cast<int>(feeds[f].rows);
                 float* qkv = s.qkv.data() + start * qkv_width;
-                const int* past = s.feed_past.data() + f;
-                detail::launch_rope_and_store_kv(qkv, s.keys(layer, slot), s.values(layer, slot), past,
+                detail::launch_rope_and_store_kv(qkv, s.keys(layer, slot), s.values(layer, slot), past + f,
                                                  s.inverse_frequencies.data(), s.position_scale, rows, dim, kv,
                                                  head_dim, static_cast<int>(c.rotary_dim()), stream);
-                detail::launch_attention<T>(qkv, s.keys(layer, slot), s.values(layer, slot), past,
+                detail::launch_attention<T>(qkv, s.keys(layer, slot), s.values(layer, slot), past + f,
                                             as(s.attention_out) + start * c.embedding_dim, rows, heads, dim, kv,
                                             head_dim, group, stream);
-                start += feeds[f].tokens.size();
+                start += feeds[f].rows;
             }
             detail::gemm<T>(blas, weights(l.attention_output), as(s.attention_out), s.x.data(), dim, dim, n, true);
 
@@ -627,17 +614,15 @@ private:
             detail::launch_swiglu<T>(s.gate_up.data(), as(s.hidden), n, ffn, stream);
             detail::gemm<T>(blas, weights(l.down), as(s.hidden), s.x.data(), dim, ffn, n, true);
         }
-        // The returned rows only go through the final norm and the head.
+        // Only the returned rows go through the final norm and the head.
         std::size_t start = 0, returned = 0;
-        for (const SequenceFeed& feed : feeds) {
-            const std::size_t size = feed.tokens.size();
-            const std::size_t first = feed.last_row_only ? start + size - 1 : start;
-            const std::size_t rows = feed.last_row_only ? 1 : size;
+        for (const PassFeed& feed : feeds) {
+            const std::size_t first = start + feed.rows - feed.returned;
             detail::launch_rms_norm<T>(s.x.data() + first * c.embedding_dim, w.output_norm.data(),
-                                       as(s.normed) + returned * c.embedding_dim, static_cast<int>(rows), dim,
+                                       as(s.normed) + returned * c.embedding_dim, static_cast<int>(feed.returned), dim,
                                        c.rms_norm_eps, stream);
-            start += size;
-            returned += rows;
+            start += feed.rows;
+            returned += feed.returned;
         }
         detail::gemm<T>(blas, weights(w.output), as(s.normed), s.logits.data(), vocab, dim, static_cast<int>(returned),
                         false);
@@ -645,6 +630,7 @@ private:
 
     std::string name_;
     std::unique_ptr<detail::CudaLlamaState> state_;
+    std::vector<PassFeed> pass_feeds_;  // enqueue_batch_pass_as's, kept between passes
 };
 
 static_assert(CausalLM<CudaLlamaModel>);

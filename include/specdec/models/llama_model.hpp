@@ -34,6 +34,7 @@
 #include "specdec/backends/cpu/thread_pool.hpp"
 #include "specdec/backends/cpu/vector_ops.hpp"
 #include "specdec/core/model_contract.hpp"
+#include "specdec/core/pending_tree.hpp"
 #include "specdec/core/sequence_feeds.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/types.hpp"
@@ -213,29 +214,8 @@ public:
                 }
             }
         } rollback{*this, pending};
-        for (std::size_t i = 0; i < n; ++i) {
-            const std::int32_t parent = parents[i];
-            const std::size_t node = pending + i;
-            if (parent < -1 || (parent >= 0 && static_cast<std::size_t>(parent) >= node)) {
-                throw Error(name_ + ": forward_tree parent " + std::to_string(parent) + " of node " + std::to_string(node) +
-                            " (index " + std::to_string(i) + " of this call) is not an earlier node; expected -1 or a node in [0, " +
-                            std::to_string(node) + ")");
-            }
-            const std::size_t depth = parent < 0 ? 1 : pending_depths_[static_cast<std::size_t>(parent)] + 1;
-            if (depth > free_slots) {
-                throw Error(name_ + ": forward_tree node " + std::to_string(node) + " at depth " + std::to_string(depth) + " after " +
-                            std::to_string(past) + " cached positions overflows the context length " +
-                            std::to_string(cache.capacity()));
-            }
-            pending_parents_.push_back(parent);
-            pending_depths_.push_back(depth);
-        }
-        if (pending + n > free_slots) {
-            throw Error(name_ + ": forward_tree of " + std::to_string(n) + " nodes after " + std::to_string(pending) +
-                        " pending nodes needs " + std::to_string(pending + n) + " free cache slots; expected at most " +
-                        std::to_string(free_slots) + " (context length " + std::to_string(cache.capacity()) + ", " +
-                        std::to_string(past) + " cached positions)");
-        }
+        detail::extend_tree_depths(parents, pending_depths_, free_slots, cache.capacity(), name_);
+        pending_parents_.insert(pending_parents_.end(), parents.begin(), parents.end());
         if (n == 0) {
             rollback.armed = false;
             return LogitsView{logits_.data(), 0, c.vocab_size, c.vocab_size};
@@ -259,20 +239,7 @@ public:
     void commit_tree(std::span<const std::int32_t> path) {
         KvCache& cache = caches_.front();
         const std::size_t pending = pending_parents_.size(), past = cache.size();
-        for (std::size_t k = 0; k < path.size(); ++k) {
-            const std::int32_t node = path[k];
-            if (node < 0 || static_cast<std::size_t>(node) >= pending) {
-                throw Error(name_ + ": commit_tree node " + std::to_string(node) + " at path index " + std::to_string(k) +
-                            " is not in the pending tree; expected a node in [0, " + std::to_string(pending) + ")");
-            }
-            const std::int32_t expected_parent = k == 0 ? -1 : path[k - 1];
-            if (pending_parents_[static_cast<std::size_t>(node)] != expected_parent) {
-                throw Error(name_ + ": commit_tree node " + std::to_string(node) + " at path index " + std::to_string(k) +
-                            " has parent " + std::to_string(pending_parents_[static_cast<std::size_t>(node)]) + "; expected " +
-                            (k == 0 ? std::string("-1 (a child of the cache)") : "node " + std::to_string(expected_parent)) +
-                            ", as in a root-to-node path");
-            }
-        }
+        detail::check_commit_path(path, pending, [&](std::size_t node) { return pending_parents_[node]; }, name_);
         // Node path[k] has index >= k (its k ancestors come before it), so
         // copying in path order never overwrites a slot still to be read.
         const LlamaConfig& c = weights_.config;

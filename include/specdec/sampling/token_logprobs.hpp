@@ -8,10 +8,9 @@
 #include <span>
 #include <vector>
 
+#include "specdec/core/logprobs.hpp"
 #include "specdec/core/sampling_options.hpp"
 #include "specdec/core/types.hpp"
-#include "specdec/decoding/decoding_options.hpp"
-#include "specdec/decoding/generation_result.hpp"
 #include "specdec/sampling/logits_processing.hpp"
 
 namespace specdec::detail {
