@@ -5,6 +5,7 @@
 // token texts (the shape an engine wrapper has).
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -15,6 +16,7 @@
 #include "specdec/formats/gguf.hpp"
 #include "specdec/formats/tokenizer.hpp"
 #include "specdec/formats/tokenizer_utf8.hpp"
+#include "specdec/text/text_stream.hpp"
 #include "support/fixtures.hpp"
 
 namespace specdec::test {
@@ -54,6 +56,18 @@ inline bool valid_utf8(std::string_view text) {
     }
     return true;
 }
+
+// Collects what a TextStream streams: the pieces' text and tokens.
+struct PieceRecorder {
+    std::string text;
+    std::vector<Token> tokens;
+    std::vector<std::string> pieces;
+    void operator()(const text::TextPiece& piece) {
+        text += piece.text;
+        tokens.insert(tokens.end(), piece.tokens.begin(), piece.tokens.end());
+        pieces.emplace_back(piece.text);
+    }
+};
 
 // A vocabulary given as token texts, with an optional BOS and space rule.
 class ListVocabulary {
