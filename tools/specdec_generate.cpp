@@ -9,8 +9,8 @@
 // end-of-generation tokens; the drafting, acceptance and sampling stay specdec's.
 //
 // -r/--reverse-prompt TEXT stops generation right after TEXT appears in the
-// output (text matched across tokens, as llama.cpp's reverse prompt; the
-// specdec engine). --chat formats -p (and -sys) with the target's chat
+// output (text matched across tokens, as llama.cpp's reverse prompt). The text
+// streams through specdec/text/ with either engine. --chat formats -p (and -sys) with the target's chat
 // template (tokenizer.chat_template: ChatML, Llama 3, Mistral) and stops at
 // the end of the assistant's turn.
 //
@@ -47,6 +47,7 @@
 #include <specdec/text/text_stream.hpp>
 #ifdef SPECDEC_WITH_LLAMA_CPP
 #include <specdec/adapters/llama_cpp.hpp>
+#include <specdec/text/llama_cpp_vocabulary.hpp>
 #endif
 
 namespace {
@@ -137,8 +138,7 @@ const std::vector<GenerateFlag>& generate_flags() {
          [](Options& o, V, V v) { o.draft = v; }},
         {{"-p", "--prompt"}, "TEXT", "prompt text", [](Options& o, V, V v) { o.prompt = v; }},
         {{"-r", "--reverse-prompt"}, "TEXT",
-         "stop right after TEXT appears in the output (matched across tokens); repeatable\n"
-         "(specdec engine)",
+         "stop right after TEXT appears in the output (matched across tokens); repeatable",
          [](Options& o, V f, V v) {
              if (v.empty()) throw UsageError(std::string(f) + ": expected a non-empty text");
              o.reverse_prompts.emplace_back(v);
@@ -270,8 +270,8 @@ Options parse(int argc, char** argv) {
         throw UsageError("--recurrent-snapshots is a setting of llama.cpp's memory: expected --engine llama.cpp");
     if (o.autoregressive && o.check_autoregressive) throw UsageError("--autoregressive and --check-autoregressive exclude each other");
     if (o.tree && o.autoregressive) throw UsageError("--tree and --autoregressive exclude each other");
-    if ((!o.reverse_prompts.empty() || o.chat) && o.engine != cli::Engine::specdec)
-        throw UsageError("-r and --chat use specdec's tokenizer and text layer: expected --engine specdec");
+    if (o.chat && o.engine != cli::Engine::specdec)
+        throw UsageError("--chat uses specdec's tokenizer and chat templates: expected --engine specdec");
     if (o.system_prompt && !o.chat) throw UsageError("-sys is a chat message: expected --chat");
     if (o.chat_template && !o.chat) throw UsageError("--chat-template formats a chat: expected --chat");
     if (!o.reverse_prompts.empty() && o.check_autoregressive)
@@ -361,11 +361,13 @@ std::size_t tree_leaves_bound(const std::string& tree) {
 // The generated text through specdec's text layer (specdec/text/): pieces as
 // they are decided, held back while they could start a reverse prompt, which
 // is printed and ends generation.
-class SpecdecText {
+// Vocabulary: specdec::Tokenizer, or llama.cpp's (text::LlamaCppVocabulary).
+template <class Vocabulary>
+class StreamedText {
 public:
-    SpecdecText(const specdec::Tokenizer& tokenizer, std::vector<std::string> reverse_prompts,
-                std::span<const specdec::Token> prompt, std::string shown_prompt)
-        : stream_(tokenizer, {.stop_strings = std::move(reverse_prompts), .include_stop = true}, prompt),
+    StreamedText(const Vocabulary& vocabulary, std::vector<std::string> reverse_prompts,
+                 std::span<const specdec::Token> prompt, std::string shown_prompt)
+        : stream_(vocabulary, {.stop_strings = std::move(reverse_prompts), .include_stop = true}, prompt),
           shown_prompt_(std::move(shown_prompt)) {}
 
     std::string push(specdec::Token token) {
@@ -383,7 +385,7 @@ public:
     [[nodiscard]] std::string prompt_text(const std::string&) const { return shown_prompt_; }
 
 private:
-    specdec::text::TextStream<specdec::Tokenizer> stream_;
+    specdec::text::TextStream<Vocabulary> stream_;
     std::string shown_prompt_;
 };
 
@@ -508,42 +510,11 @@ int run_specdec(const Options& o) {
         prompt = tokenizer.encode(o.prompt);
     }
     // Every end-of-generation token (EOS, EOT, <|im_end|>, ...) stops, as in llama.cpp.
-    SpecdecText text(tokenizer, o.reverse_prompts, prompt, prompt_text);
+    StreamedText<specdec::Tokenizer> text(tokenizer, o.reverse_prompts, prompt, prompt_text);
     return generate(o, target, draft ? &*draft : nullptr, prompt, tokenizer.end_of_generation(), text);
 }
 
 #ifdef SPECDEC_WITH_LLAMA_CPP
-// The generated text through llama.cpp's detokenizer: the prompt and every
-// token so far detokenised together (a piece alone can lose the space a
-// tokenizer puts before a word), handing out what is new and complete.
-class LlamaCppText {
-public:
-    LlamaCppText(const specdec::LlamaCppModel& model, std::vector<specdec::Token> prompt)
-        : model_(model), tokens_(std::move(prompt)), emitted_(model_.detokenize(tokens_).size()) {}
-
-    std::string push(specdec::Token token) {
-        tokens_.push_back(token);
-        const std::string text = model_.detokenize(tokens_);
-        if (text.size() <= emitted_) return {};
-        std::string fresh = text.substr(emitted_);
-        fresh.resize(fresh.size() - specdec::detail::incomplete_utf8_suffix(fresh));
-        emitted_ += fresh.size();
-        return fresh;
-    }
-    [[nodiscard]] std::string prompt_text(const std::string& prompt) const { return prompt; }
-    std::string flush() {
-        const std::string text = model_.detokenize(tokens_);
-        std::string rest = text.size() > emitted_ ? text.substr(emitted_) : std::string();
-        emitted_ = text.size();
-        return rest;
-    }
-
-private:
-    const specdec::LlamaCppModel& model_;
-    std::vector<specdec::Token> tokens_;
-    std::size_t emitted_;
-};
-
 // llama.cpp runs the models (specdec/adapters/llama_cpp.hpp); the decoding is specdec's.
 int run_llama_cpp(const Options& o) {
     const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
@@ -561,7 +532,9 @@ int run_llama_cpp(const Options& o) {
     }
     // BOS where the model's tokenizer asks for it, as llama.cpp's own tools tokenise.
     const std::vector<specdec::Token> prompt = target.tokenize(o.prompt, /*add_bos=*/true);
-    LlamaCppText text(target, prompt);
+    // Each token's piece once (llama_token_to_piece), streamed as llama.cpp's tools print it.
+    const specdec::text::LlamaCppVocabulary vocabulary(target.vocabulary());
+    StreamedText<specdec::text::LlamaCppVocabulary> text(vocabulary, o.reverse_prompts, prompt, o.prompt);
     // Every end-of-generation token (EOS, EOT, ...) stops, as in llama.cpp.
     return generate(o, target, draft ? &*draft : nullptr, prompt, target.stop_tokens(), text);
 }
