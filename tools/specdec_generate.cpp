@@ -8,6 +8,12 @@
 // specdec/adapters/llama_cpp.hpp): llama.cpp's forward passes, tokenizer and
 // end-of-generation tokens; the drafting, acceptance and sampling stay specdec's.
 //
+// -r/--reverse-prompt TEXT stops generation right after TEXT appears in the
+// output (text matched across tokens, as llama.cpp's reverse prompt). The text
+// streams through specdec/text/ with either engine. --chat formats -p (and -sys) with the target's chat
+// template (tokenizer.chat_template: ChatML, Llama 3, Mistral) and stops at
+// the end of the assistant's turn.
+//
 // --check-autoregressive generates the same continuation with the target
 // alone afterwards and exits 1 when the tokens differ (at temperature 0 the
 // speculative output must be the target's greedy output, token for token; at
@@ -24,6 +30,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -36,8 +43,11 @@
 #include <specdec/formats/tokenizer.hpp>
 #include <specdec/models/llama_model.hpp>
 #include <specdec/specdec.hpp>
+#include <specdec/text/chat_template.hpp>
+#include <specdec/text/text_stream.hpp>
 #ifdef SPECDEC_WITH_LLAMA_CPP
 #include <specdec/adapters/llama_cpp.hpp>
+#include <specdec/text/llama_cpp_vocabulary.hpp>
 #endif
 
 namespace {
@@ -83,6 +93,10 @@ struct Options {
     bool check_autoregressive = false;
     bool quiet = false;
     bool help = false;
+    std::vector<std::string> reverse_prompts;  // -r: stop strings
+    bool chat = false;                         // --chat: -p is a user message in the target's chat template
+    std::optional<std::string> system_prompt;  // -sys, with --chat
+    std::optional<std::string> chat_template;  // --chat-template: a family name instead of the file's template
     cli::Engine engine = cli::Engine::specdec;
 };
 
@@ -130,6 +144,29 @@ const std::vector<GenerateFlag>& generate_flags() {
         {{"-md", "--model-draft"}, "FILE", "draft model sharing the target's vocabulary; without it, prompt lookup drafts",
          [](Options& o, V, V v) { o.draft = v; }},
         {{"-p", "--prompt"}, "TEXT", "prompt text", [](Options& o, V, V v) { o.prompt = v; }},
+        {{"-r", "--reverse-prompt"}, "TEXT",
+         "stop right after TEXT appears in the output (matched across tokens); repeatable",
+         [](Options& o, V f, V v) {
+             if (v.empty()) throw UsageError(std::string(f) + ": expected a non-empty text");
+             o.reverse_prompts.emplace_back(v);
+         }},
+        {{"--chat"}, "",
+         "-p is a user message: format it with the target's chat template\n"
+         "(tokenizer.chat_template: ChatML, Llama 3, Mistral; specdec engine)",
+         [](Options& o, V, V) { o.chat = true; }},
+        {{"--chat-template"}, "NAME",
+         "with --chat, the template family instead of the file's: chatml, llama3, mistral-v1,\n"
+         "mistral-v3, mistral-v3-tekken, mistral-v7, mistral-v7-tekken",
+         [](Options& o, V f, V v) {
+             try {
+                 (void)specdec::text::ChatTemplate::from_name(v);
+             } catch (const specdec::Error& error) {
+                 throw UsageError(std::string(f) + ": " + error.what());
+             }
+             o.chat_template = std::string(v);
+         }},
+        {{"-sys", "--system-prompt"}, "TEXT", "with --chat, a system message before the user's",
+         [](Options& o, V, V v) { o.system_prompt = std::string(v); }},
         {{"-n", "--n-predict"}, "N", "tokens to generate (default 128)",
          [](Options& o, V f, V v) { o.new_tokens = parse_number<std::size_t>(f, v); }},
         {{"--temp"}, "T", "temperature, 0 = greedy (default 0.8)",
@@ -271,6 +308,12 @@ Options parse(int argc, char** argv) {
     if (o.block_rule && o.tree) throw UsageError("--rule applies to a chain of drafts; a --tree is verified by recursive rejection");
     if (o.autoregressive && o.check_autoregressive) throw UsageError("--autoregressive and --check-autoregressive exclude each other");
     if (o.tree && o.autoregressive) throw UsageError("--tree and --autoregressive exclude each other");
+    if (o.chat && o.engine != cli::Engine::specdec)
+        throw UsageError("--chat uses specdec's tokenizer and chat templates: expected --engine specdec");
+    if (o.system_prompt && !o.chat) throw UsageError("-sys is a chat message: expected --chat");
+    if (o.chat_template && !o.chat) throw UsageError("--chat-template formats a chat: expected --chat");
+    if (!o.reverse_prompts.empty() && o.check_autoregressive)
+        throw UsageError("--check-autoregressive compares whole outputs: drop -r");
     if (o.check_autoregressive && o.temperature != 0.0)
         throw UsageError("--check-autoregressive compares token for token, which only greedy decoding guarantees: expected --temp 0");
     return o;
@@ -363,6 +406,45 @@ std::size_t tree_leaves_bound(const std::string& tree) {
     return tree == "auto" ? specdec::AutoTree::Options{}.max_nodes : specdec::TreeShape::parse(tree).size();
 }
 
+// The generated text through specdec's text layer (specdec/text/): pieces as
+// they are decided, held back while they could start a reverse prompt, which
+// is printed and ends generation.
+// Vocabulary: specdec::Tokenizer, or llama.cpp's (text::LlamaCppVocabulary).
+template <class Vocabulary>
+class StreamedText {
+public:
+    StreamedText(const Vocabulary& vocabulary, std::vector<std::string> reverse_prompts,
+                 std::span<const specdec::Token> prompt, std::string shown_prompt)
+        : stream_(vocabulary, {.stop_strings = std::move(reverse_prompts), .include_stop = true}, prompt),
+          shown_prompt_(std::move(shown_prompt)) {}
+
+    std::string push(specdec::Token token) {
+        std::string out;
+        if (!stream_.ended()) (void)stream_.push(token, [&](const specdec::text::TextPiece& piece) { out += piece.text; });
+        return out;
+    }
+    std::string flush() {
+        std::string out;
+        stream_.finish([&](const specdec::text::TextPiece& piece) { out += piece.text; });
+        return out;
+    }
+    [[nodiscard]] bool stopped() const { return stream_.end() == specdec::text::TextEnd::stop_string; }
+    // What is printed before the generated text: the prompt as formatted (--chat) or as given.
+    [[nodiscard]] std::string prompt_text(const std::string&) const { return shown_prompt_; }
+
+private:
+    specdec::text::TextStream<Vocabulary> stream_;
+    std::string shown_prompt_;
+};
+
+template <class Text>
+std::string stop_description(const Text& text, specdec::StopReason reason) {
+    if constexpr (requires { text.stopped(); }) {
+        if (text.stopped()) return "reverse prompt";
+    }
+    return std::string(specdec::to_string(reason));
+}
+
 // Generates from loaded models, whichever engine runs them: streams the text
 // (Text: push(token) -> the newly complete text, flush()), prints the
 // statistics and, with --check-autoregressive, compares with the target alone.
@@ -387,13 +469,21 @@ int generate(const Options& o, Model& target, Model* draft, const std::vector<sp
     };
     if (!o.ignore_eos) options.stop_tokens = std::move(stop_tokens);
 
+    // Returns false when the text says generation ends (a reverse prompt).
     const auto print = [&](specdec::Token token) {
-        if (o.quiet) return;
-        std::fputs(text.push(token).c_str(), stdout);
-        std::fflush(stdout);
+        const std::string piece = text.push(token);
+        if (!o.quiet) {
+            std::fputs(piece.c_str(), stdout);
+            std::fflush(stdout);
+        }
+        if constexpr (requires { text.stopped(); }) {
+            return !text.stopped();
+        } else {
+            return true;
+        }
     };
     if (!o.quiet) {
-        std::fputs(o.prompt.c_str(), stdout);
+        std::fputs(text.prompt_text(o.prompt).c_str(), stdout);
         std::fflush(stdout);
     }
     specdec::GenerationResult result;
@@ -418,7 +508,7 @@ int generate(const Options& o, Model& target, Model* draft, const std::vector<sp
     std::fprintf(stderr, "\nengine %s, target %s, %s, draft length %s, temperature %g, seed %llu, stopped by %s\n",
                  std::string(cli::to_string(o.engine)).c_str(), o.target.filename().string().c_str(),
                  draft != nullptr ? o.draft.filename().string().c_str() : "no draft model", length.c_str(), o.temperature,
-                 static_cast<unsigned long long>(seed), std::string(specdec::to_string(result.stop_reason)).c_str());
+                 static_cast<unsigned long long>(seed), stop_description(text, result.stop_reason).c_str());
     print_stats(method, result.stats, !o.autoregressive);
 
     if (o.check_autoregressive) {
@@ -453,44 +543,26 @@ int run_specdec(const Options& o) {
         draft.emplace(specdec::LlamaModel::from_gguf(o.draft, {.max_context = o.context, .thread_pool = pool}));
         require_same_vocabulary(o, tokenizer, draft_tokenizer, target.vocab_size(), draft->vocab_size());
     }
-    const std::vector<specdec::Token> prompt = tokenizer.encode(o.prompt);
-    std::vector<specdec::Token> stops;
-    if (tokenizer.has_eos()) stops.push_back(tokenizer.eos());
-    specdec::Tokenizer::StreamDecoder stream(tokenizer);
-    return generate(o, target, draft ? &*draft : nullptr, prompt, std::move(stops), stream);
+    std::string prompt_text = o.prompt;
+    std::vector<specdec::Token> prompt;
+    if (o.chat) {
+        std::vector<specdec::text::ChatMessage> messages;
+        if (o.system_prompt) messages.push_back({"system", *o.system_prompt});
+        messages.push_back({"user", o.prompt});
+        const specdec::text::ChatTemplate chat = o.chat_template
+                                                     ? specdec::text::ChatTemplate::from_name(*o.chat_template)
+                                                     : specdec::text::ChatTemplate::from_gguf(target_file);
+        prompt_text = chat.apply(messages);
+        prompt = tokenizer.encode(prompt_text, tokenizer.add_bos_by_default(), false, specdec::SpecialTokens::parse);
+    } else {
+        prompt = tokenizer.encode(o.prompt);
+    }
+    // Every end-of-generation token (EOS, EOT, <|im_end|>, ...) stops, as in llama.cpp.
+    StreamedText<specdec::Tokenizer> text(tokenizer, o.reverse_prompts, prompt, prompt_text);
+    return generate(o, target, draft ? &*draft : nullptr, prompt, tokenizer.end_of_generation(), text);
 }
 
 #ifdef SPECDEC_WITH_LLAMA_CPP
-// The generated text through llama.cpp's detokenizer: the prompt and every
-// token so far detokenised together (a piece alone can lose the space a
-// tokenizer puts before a word), handing out what is new and complete.
-class LlamaCppText {
-public:
-    LlamaCppText(const specdec::LlamaCppModel& model, std::vector<specdec::Token> prompt)
-        : model_(model), tokens_(std::move(prompt)), emitted_(model_.detokenize(tokens_).size()) {}
-
-    std::string push(specdec::Token token) {
-        tokens_.push_back(token);
-        const std::string text = model_.detokenize(tokens_);
-        if (text.size() <= emitted_) return {};
-        std::string fresh = text.substr(emitted_);
-        fresh.resize(fresh.size() - specdec::detail::incomplete_utf8_suffix(fresh));
-        emitted_ += fresh.size();
-        return fresh;
-    }
-    std::string flush() {
-        const std::string text = model_.detokenize(tokens_);
-        std::string rest = text.size() > emitted_ ? text.substr(emitted_) : std::string();
-        emitted_ = text.size();
-        return rest;
-    }
-
-private:
-    const specdec::LlamaCppModel& model_;
-    std::vector<specdec::Token> tokens_;
-    std::size_t emitted_;
-};
-
 // llama.cpp runs the models (specdec/adapters/llama_cpp.hpp); the decoding is specdec's.
 int run_llama_cpp(const Options& o) {
     const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
@@ -517,7 +589,9 @@ int run_llama_cpp(const Options& o) {
     }
     // BOS where the model's tokenizer asks for it, as llama.cpp's own tools tokenise.
     const std::vector<specdec::Token> prompt = target.tokenize(o.prompt, /*add_bos=*/true);
-    LlamaCppText text(target, prompt);
+    // Each token's piece once (llama_token_to_piece), streamed as llama.cpp's tools print it.
+    const specdec::text::LlamaCppVocabulary vocabulary(target.vocabulary());
+    StreamedText<specdec::text::LlamaCppVocabulary> text(vocabulary, o.reverse_prompts, prompt, o.prompt);
     // Every end-of-generation token (EOS, EOT, ...) stops, as in llama.cpp.
     return generate(o, target, draft ? &*draft : nullptr, prompt, target.stop_tokens(), text);
 }

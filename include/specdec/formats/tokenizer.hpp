@@ -9,9 +9,19 @@
 //
 // Keys read: tokenizer.ggml.model, .tokens, .scores, .token_type, .merges,
 // .bos_token_id, .eos_token_id, .unknown_token_id, .add_bos_token,
-// .add_eos_token, .add_space_prefix. User-defined tokens (token type 4) are
-// matched literally in the text before the model runs, as llama.cpp does;
-// control tokens typed in the text stay text.
+// .add_eos_token, .add_space_prefix, .eot_token_id, .eom_token_id,
+// .fim_pad_token_id, .fim_rep_token_id, .fim_sep_token_id. User-defined
+// tokens (token type 4) are matched literally in the text before the model
+// runs, as llama.cpp does; control tokens typed in the text stay text unless
+// encode() is asked to parse special tokens (SpecialTokens::parse, for
+// prompts formatted by a chat template).
+//
+// End of generation: EOS, EOT, EOM, the FIM pad/repeat/separator tokens and
+// every token spelled as an end-of-turn marker (<|eot_id|>, <|im_end|>,
+// <|end|>, <end_of_turn>, <|endoftext|>, <|eom_id|>, ...), as llama.cpp
+// decides its EOG set. Such a marker is a control token whatever its type
+// says (it decodes to nothing and is not matched in plain text), as in
+// llama.cpp.
 //
 // A "gpt2" model splits text into words with the pre-tokenizer named by
 // tokenizer.ggml.pre: "gpt2", "default" or none (GPT-2's rule), "llama-bpe"
@@ -23,6 +33,7 @@
 // "llama" model — the space prefix encode adds is dropped again after BOS.
 // Control tokens (BOS, EOS, ...) decode to nothing.
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -42,6 +53,13 @@
 #include "specdec/formats/tokenizer_vocab.hpp"
 
 namespace specdec {
+
+// Whether encode() turns the spelling of a control token in the text
+// ("<|im_start|>") into that token, or leaves it text.
+enum class SpecialTokens {
+    as_text,  // only user-defined tokens are matched in the text
+    parse,    // control (and unknown) tokens are matched too, longest first
+};
 
 enum class TokenizerModel {
     sentencepiece,   // tokenizer.ggml.model = "llama"
@@ -63,7 +81,16 @@ public:
     // Tokens of `text`, preceded by BOS when add_bos and followed by EOS when
     // add_eos (an Error if the vocabulary has no such token).
     [[nodiscard]] std::vector<Token> encode(std::string_view text, bool add_bos, bool add_eos = false) const {
-        std::vector<Token> tokens = encode_text(text, add_bos);
+        return encode(text, add_bos, add_eos, SpecialTokens::as_text);
+    }
+
+    // The same, with the spellings of control tokens in `text` parsed as
+    // those tokens when `special` is SpecialTokens::parse. With a space
+    // prefix (SentencePiece), every text fragment that follows a parsed
+    // token gets one, as llama.cpp does.
+    [[nodiscard]] std::vector<Token> encode(std::string_view text, bool add_bos, bool add_eos,
+                                            SpecialTokens special) const {
+        std::vector<Token> tokens = encode_text(text, add_bos, special == SpecialTokens::parse);
         if (add_eos) {
             if (eos_ < 0) throw Error("tokenizer: EOS requested but the vocabulary has no EOS token");
             tokens.push_back(eos_);
@@ -72,7 +99,7 @@ public:
     }
 
 private:
-    [[nodiscard]] std::vector<Token> encode_text(std::string_view text, bool add_bos) const {
+    [[nodiscard]] std::vector<Token> encode_text(std::string_view text, bool add_bos, bool parse_special) const {
         std::vector<Token> tokens;
         if (add_bos) {
             if (bos_ < 0) throw Error("tokenizer: BOS requested but the vocabulary has no BOS token");
@@ -80,13 +107,18 @@ private:
         }
         if (text.empty()) return tokens;
         bool first_fragment = true;
-        for (const Fragment& fragment : split_user_defined(text)) {
+        bool after_special = false;
+        for (const Fragment& fragment : split_user_defined(text, parse_special)) {
             if (fragment.token) {
                 tokens.push_back(*fragment.token);
+                after_special = parse_special;
             } else if (model_ == TokenizerModel::sentencepiece) {
                 // The space prefix marks the start of the text only, so that
-                // decoding after BOS can drop it again exactly.
-                const std::string escaped = detail::spm_escape_spaces(fragment.text, add_space_prefix_ && first_fragment);
+                // decoding after BOS can drop it again exactly (and, when
+                // parsing special tokens, the text after each of them).
+                const bool prefix = add_space_prefix_ && (first_fragment || after_special);
+                after_special = false;
+                const std::string escaped = detail::spm_escape_spaces(fragment.text, prefix);
                 detail::spm_encode(vocab_, escaped, unknown_, tokens);
             } else {
                 for (const std::string_view word : detail::bpe_pretokenize(fragment.text, pre_tokenizer_)) {
@@ -119,6 +151,15 @@ public:
     [[nodiscard]] Token bos() const { return bos_; }
     [[nodiscard]] Token eos() const { return eos_; }
     [[nodiscard]] Token unknown() const { return unknown_; }
+    // End of turn / end of message (-1 when the vocabulary has none).
+    [[nodiscard]] Token eot() const { return eot_; }
+    [[nodiscard]] Token eom() const { return eom_; }
+    // Every token that ends generation (see the top of this file), ascending;
+    // for DecodingOptions::stop_tokens or text::TextOptions::end_of_generation.
+    [[nodiscard]] const std::vector<Token>& end_of_generation() const { return end_of_generation_; }
+    [[nodiscard]] bool is_end_of_generation(Token token) const {
+        return std::binary_search(end_of_generation_.begin(), end_of_generation_.end(), token);
+    }
     [[nodiscard]] bool has_bos() const { return bos_ >= 0; }
     [[nodiscard]] bool has_eos() const { return eos_ >= 0; }
     [[nodiscard]] bool add_bos_by_default() const { return add_bos_; }
@@ -194,14 +235,16 @@ private:
         out += text;
     }
 
-    // Splits the text at occurrences of user-defined tokens (longest match first).
-    std::vector<Fragment> split_user_defined(std::string_view text) const {
-        if (!vocab_.has_user_defined) return {Fragment{text, std::nullopt}};
+    // Splits the text at occurrences of user-defined tokens (and with
+    // parse_special, of control and unknown tokens), longest match first.
+    std::vector<Fragment> split_user_defined(std::string_view text, bool parse_special = false) const {
+        const auto& buckets = parse_special ? special_by_first_byte_ : vocab_.user_defined_by_first_byte;
+        if (!(parse_special ? has_special_pieces_ : vocab_.has_user_defined)) return {Fragment{text, std::nullopt}};
         std::vector<Fragment> fragments;
         std::size_t plain_begin = 0;
         for (std::size_t position = 0; position < text.size();) {
             const std::string* match = nullptr;
-            for (const std::string& piece : vocab_.user_defined_by_first_byte[static_cast<unsigned char>(text[position])]) {
+            for (const std::string& piece : buckets[static_cast<unsigned char>(text[position])]) {
                 if (text.substr(position, piece.size()) == piece) {
                     match = &piece;
                     break;  // sorted longest first
@@ -212,7 +255,7 @@ private:
                 continue;
             }
             if (position > plain_begin) fragments.push_back({text.substr(plain_begin, position - plain_begin), {}});
-            fragments.push_back({text.substr(position, match->size()), vocab_.find(*match)});
+            fragments.push_back({text.substr(position, match->size()), special_token_of(*match)});
             position += match->size();
             plain_begin = position;
         }
@@ -261,10 +304,132 @@ private:
         add_bos_ = file.find_bool("tokenizer.ggml.add_bos_token").value_or(spm);
         add_eos_ = file.find_bool("tokenizer.ggml.add_eos_token").value_or(false);
         add_space_prefix_ = spm && file.find_bool("tokenizer.ggml.add_space_prefix").value_or(true);
-        // Whatever their type says, BOS and EOS are markers, never text.
+        load_end_of_generation(file);
+        // Whatever their type says, BOS, EOS and the end-of-generation tokens are markers, never text.
         for (const Token special : {bos_, eos_}) {
             if (special >= 0) texts_[static_cast<std::size_t>(special)].clear();
         }
+        for (const Token special : end_of_generation_) texts_[static_cast<std::size_t>(special)].clear();
+    }
+
+    // The spellings llama.cpp recognises as ending a turn.
+    static bool is_end_marker(std::string_view piece) {
+        static constexpr std::string_view markers[] = {
+            "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+            "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+            "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+            "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[e~["};
+        return std::find(std::begin(markers), std::end(markers), piece) != std::end(markers);
+    }
+    // The spellings llama.cpp takes for the EOT token when the metadata names
+    // none: the rank of `piece` in that list, or -1.
+    static int eot_marker_rank(std::string_view piece) {
+        static constexpr std::string_view markers[] = {
+            "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>",
+            "_<EOT>", "[EOT]", "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+            "<end_of_utterance>"};
+        const auto found = std::find(std::begin(markers), std::end(markers), piece);
+        return found == std::end(markers) ? -1 : static_cast<int>(found - std::begin(markers));
+    }
+
+    void load_end_of_generation(const gguf::File& file) {
+        eot_ = special_token(file, "tokenizer.ggml.eot_token_id", -1);
+        eom_ = special_token(file, "tokenizer.ggml.eom_token_id", -1);
+        const bool find_eot = eot_ < 0, find_eom = eom_ < 0;
+        int best_rank = std::numeric_limits<int>::max();
+        for (std::size_t i = 0; i < vocab_.size(); ++i) {
+            const int rank = find_eot ? eot_marker_rank(vocab_.pieces[i]) : -1;
+            if (rank >= 0 && rank < best_rank) {
+                best_rank = rank;
+                eot_ = static_cast<Token>(i);
+            }
+            if (find_eom && eom_ < 0 && vocab_.pieces[i] == "<|eom_id|>") eom_ = static_cast<Token>(i);
+        }
+        std::vector<Token> ids;
+        for (const char* key : {"tokenizer.ggml.fim_pad_token_id", "tokenizer.ggml.fim_rep_token_id",
+                                "tokenizer.ggml.fim_sep_token_id"}) {
+            if (const Token id = special_token(file, key, -1); id >= 0) ids.push_back(id);
+        }
+        bool has_return = false, has_call = false, has_calls = false, has_flush = false;
+        for (std::size_t i = 0; i < vocab_.size(); ++i) {
+            const std::string& piece = vocab_.pieces[i];
+            has_return = has_return || piece == "<|return|>";
+            has_call = has_call || piece == "<|call|>";
+            has_calls = has_calls || piece == "<|calls|>";
+            has_flush = has_flush || piece == "<|flush|>";
+            if (is_end_marker(piece)) ids.push_back(static_cast<Token>(i));
+        }
+        for (const Token id : {eos_, eot_, eom_}) {
+            if (id >= 0) ids.push_back(id);
+        }
+        // Vocabularies with <|return|> and <|call|> (or <|calls|> and <|flush|>)
+        // use <|end|> between messages of one turn: it does not end generation there.
+        if ((has_return && has_call) || (has_calls && has_flush)) {
+            const std::optional<Token> end = find_piece("<|end|>");
+            if (end) std::erase(ids, *end);
+        }
+        std::sort(ids.begin(), ids.end());
+        ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+        end_of_generation_ = std::move(ids);
+        for (const Token id : end_of_generation_) mark_control(static_cast<std::size_t>(id));
+        build_special_pieces();
+    }
+
+    std::optional<Token> find_piece(std::string_view piece) const {
+        for (std::size_t i = 0; i < vocab_.size(); ++i)
+            if (vocab_.pieces[i] == piece) return static_cast<Token>(i);
+        return std::nullopt;
+    }
+
+    // A marker typed as text-producing becomes a control token: it leaves the
+    // plain-text tables.
+    void mark_control(std::size_t index) {
+        const TokenKind kind = vocab_.kinds[index];
+        if (kind == TokenKind::control || kind == TokenKind::byte) return;
+        const std::string& piece = vocab_.pieces[index];
+        if (const auto found = vocab_.text_tokens.find(piece);
+            found != vocab_.text_tokens.end() && found->second == static_cast<Token>(index)) {
+            vocab_.text_tokens.erase(found);
+        }
+        if (kind == TokenKind::user_defined && !piece.empty()) {
+            auto& bucket = vocab_.user_defined_by_first_byte[static_cast<unsigned char>(piece.front())];
+            std::erase(bucket, piece);
+            vocab_.has_user_defined = std::any_of(vocab_.user_defined_by_first_byte.begin(),
+                                                  vocab_.user_defined_by_first_byte.end(),
+                                                  [](const auto& b) { return !b.empty(); });
+        }
+        vocab_.kinds[index] = TokenKind::control;
+    }
+
+    // The pieces SpecialTokens::parse matches: user-defined, control and
+    // unknown tokens, bucketed by first byte, longest first.
+    void build_special_pieces() {
+        for (auto& bucket : special_by_first_byte_) bucket.clear();
+        special_ids_.clear();
+        has_special_pieces_ = false;
+        for (std::size_t i = 0; i < vocab_.size(); ++i) {
+            const TokenKind kind = vocab_.kinds[i];
+            const std::string& piece = vocab_.pieces[i];
+            if (piece.empty()) continue;
+            if (kind != TokenKind::user_defined && kind != TokenKind::control && kind != TokenKind::unknown) continue;
+            if (special_ids_.emplace(piece, static_cast<Token>(i)).second) {
+                special_by_first_byte_[static_cast<unsigned char>(piece.front())].push_back(piece);
+                has_special_pieces_ = true;
+            }
+        }
+        for (auto& bucket : special_by_first_byte_) {
+            std::stable_sort(bucket.begin(), bucket.end(),
+                             [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+        }
+    }
+
+    // The token a matched piece stands for: a user-defined token's text
+    // entry, else the special token of that spelling.
+    std::optional<Token> special_token_of(std::string_view piece) const {
+        if (const auto found = vocab_.find(piece)) return found;
+        const auto found = special_ids_.find(piece);
+        if (found == special_ids_.end()) return std::nullopt;
+        return found->second;
     }
 
     void load_vocabulary(const gguf::File& file) {
@@ -397,6 +562,12 @@ private:
     Token bos_ = -1;
     Token eos_ = -1;
     Token unknown_ = -1;
+    Token eot_ = -1;
+    Token eom_ = -1;
+    std::vector<Token> end_of_generation_;  // sorted
+    std::array<std::vector<std::string>, 256> special_by_first_byte_;
+    detail::StringMap<Token> special_ids_;  // first id of each special spelling
+    bool has_special_pieces_ = false;
     bool add_bos_ = false;
     bool add_eos_ = false;
     bool add_space_prefix_ = false;
