@@ -239,7 +239,10 @@ private:
         const auto it = live_.find(result.id);
         if (it == live_.end()) return;
         const GenerationStats& stats = result.generation.stats;
-        metrics_->finished(it->second.prompt, result.generation.tokens.size(), stats.draft_tokens_proposed,
+        // A stream callback that returned false is a cancellation seen inside a step.
+        const bool cancelled = result.status == RequestStatus::cancelled ||
+                               (result.status == RequestStatus::finished && result.generation.stop_reason == StopReason::callback);
+        metrics_->finished(cancelled ? "cancelled" : std::string(to_string(result.status)), it->second.prompt, result.generation.tokens.size(), stats.draft_tokens_proposed,
                            stats.draft_tokens_accepted);
         it->second.channel->finish(std::move(result));
         live_.erase(it);

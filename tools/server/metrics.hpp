@@ -1,6 +1,6 @@
 #pragma once
 // The server's counters in Prometheus' text format (GET /metrics): requests
-// by endpoint and status, tokens, time to first token and inter-token
+// by endpoint and status, decoder requests by how they ended, tokens, time to first token and inter-token
 // histograms, draft acceptance, mean draft length per request-step, and the
 // queue. Updated from the HTTP threads and the decoding thread under one mutex.
 #include <array>
@@ -56,8 +56,10 @@ public:
         inter_token_.observe(seconds);
     }
     // A request that ended: its counts (drafts as its own statistics count them).
-    void finished(std::size_t prompt, std::size_t generated, std::size_t proposed, std::size_t accepted) {
+    void finished(const std::string& status, std::size_t prompt, std::size_t generated, std::size_t proposed,
+                  std::size_t accepted) {
         std::lock_guard lock(mutex_);
+        ++ended_[status];
         prompt_tokens_ += prompt;
         generated_tokens_ += generated;
         proposed_ += proposed;
@@ -86,6 +88,12 @@ public:
                           key.second, n);
             out += line;
         }
+        out += "# HELP specdec_requests_ended_total Decoder requests by how they ended.\n"
+               "# TYPE specdec_requests_ended_total counter\n";
+        for (const auto& [status, n] : ended_) {
+            std::snprintf(line, sizeof line, "specdec_requests_ended_total{status=\"%s\"} %zu\n", status.c_str(), n);
+            out += line;
+        }
         auto counter = [&](const char* name, const char* help, double value, const char* type = "counter") {
             std::snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n%s %.9g\n", name, help, name, type, name, value);
             out += line;
@@ -110,6 +118,7 @@ public:
 private:
     mutable std::mutex mutex_;
     std::map<std::pair<std::string, int>, std::size_t> requests_;
+    std::map<std::string, std::size_t> ended_;
     std::size_t prompt_tokens_ = 0, generated_tokens_ = 0, steps_ = 0, sequence_steps_ = 0, drafts_ = 0, proposed_ = 0,
                 accepted_ = 0;
     std::size_t waiting_ = 0, running_ = 0;
