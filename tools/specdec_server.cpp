@@ -266,11 +266,9 @@ private:
             job.channel = std::make_shared<Channel>();
             const std::size_t prompt_size = job.prompt.size();
             const std::shared_ptr<Channel> channel = job.channel;
-            if (!engine_.enqueue(std::move(job), engine_.slots() + options_.max_queue)) {
+            if (std::optional<ApiError> busy = engine_.enqueue(std::move(job), engine_.slots() + options_.max_queue)) {
                 res.set_header("Retry-After", "1");
-                throw ApiError{503, "the server is busy: " + std::to_string(options_.max_queue) +
-                                        " requests already wait for a slot (--max-queue)",
-                               {}, "server_error", "queue_full"};
+                throw *busy;
             }
             std::optional<ApiError> refused;
             while (!channel->wait_submitted(refused, std::chrono::milliseconds(1000))) {}

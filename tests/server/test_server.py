@@ -68,6 +68,7 @@ try:
         ("speculation beyond --draft-max", "POST", "/v1/completions", {"prompt": [1], "speculative.n_max": 99}, 400, "speculative.n_max"),
         ("chat without a template", "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}, 400, "messages"),
         ("chat without messages", "POST", "/v1/chat/completions", {"model": model}, 400, "messages"),
+        ("30000 nested arrays", "POST", "/v1/completions", b'{"prompt": ' + b"[" * 30000 + b"]" * 30000 + b"}", 400, "prompt"),
         ("body over --max-body", "POST", "/v1/completions", b'{"prompt": [' + b"1, " * 40000 + b"1]}", 413, None),
         ("unknown endpoint", "GET", "/v1/nothing", None, 404, None),
         ("GET on a POST endpoint", "GET", "/v1/completions", None, 404, None),

@@ -22,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -150,17 +151,21 @@ public:
 
     [[nodiscard]] std::size_t slots() const { return decoder_.slots(); }
 
-    // Queues a job unless `limit` requests are already outstanding (queued,
-    // waiting or running): then false.
-    bool enqueue(Job job, std::size_t limit) {
+    // Queues a job; refuses it (503) when `limit` requests are already
+    // outstanding (queued, waiting or running) or the engine is stopping.
+    std::optional<ApiError> enqueue(Job job, std::size_t limit) {
         {
             std::lock_guard lock(mutex_);
-            if (outstanding_ >= limit) return false;
+            if (stopping_) return ApiError{503, "the server is shutting down", {}, "server_error"};
+            if (outstanding_ >= limit)
+                return ApiError{503, "the server is busy: " + std::to_string(limit) +
+                                         " requests are already running or waiting for a slot (-np + --max-queue)",
+                                {}, "server_error", "queue_full"};
             ++outstanding_;
             queue_.push_back(std::move(job));
         }
         wake_.notify_one();
-        return true;
+        return std::nullopt;
     }
 
     void stop() {
@@ -210,6 +215,7 @@ private:
     void submit(Job& job) {
         if (job.channel->cancelled()) {
             release();
+            job.channel->refuse(ApiError{503, "the request was cancelled before it started", {}, "server_error"});
             return;
         }
         const std::shared_ptr<Channel> channel = job.channel;
