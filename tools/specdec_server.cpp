@@ -77,7 +77,11 @@ const std::vector<Flag>& server_flags() {
          [](Options& o, V f, V v) { o.draft_max = parse_count(f, v, 1); }},
         {{"--host"}, "ADDR", "address to listen on (default 127.0.0.1)", [](Options& o, V, V v) { o.host = v; }},
         {{"--port"}, "N", "port (default 8080; 0 = any free port, printed at start)",
-         [](Options& o, V f, V v) { o.port = static_cast<int>(parse_count(f, v)); }},
+         [](Options& o, V f, V v) {
+             const std::uint64_t port = parse_count(f, v);
+             if (port > 65535) throw UsageError(std::string(f) + ": " + std::to_string(port) + " is not a port (0 to 65535)");
+             o.port = static_cast<int>(port);
+         }},
         {{"--api-key"}, "KEY", "require 'Authorization: Bearer KEY' (all but /health)", [](Options& o, V, V v) { o.api_key = v; }},
         {{"--max-queue"}, "N", "requests that may wait for a slot; beyond: 503 (default 64)",
          [](Options& o, V f, V v) { o.max_queue = parse_count(f, v); }},
@@ -98,7 +102,6 @@ Options parse(int argc, char** argv) {
     if (o.engine == specdec::cli::Engine::llama_cpp)
         throw UsageError("--engine llama.cpp: the server runs the specdec engine only so far; use specdec-generate "
                          "--engine llama.cpp for llama.cpp");
-    if (o.port > 65535) throw UsageError("--port: " + std::to_string(o.port) + " is not a port (0 to 65535)");
     if (o.synthetic && (!o.target.empty() || !o.draft.empty()))
         throw UsageError("--synthetic serves the embedded pair: leave out -m and -md");
     if (!o.synthetic && o.target.empty()) throw UsageError("give -m FILE.gguf and -md FILE.gguf, or --synthetic");
@@ -202,6 +205,14 @@ public:
             const bool listed = std::find(known.begin(), known.end(), req.path) != known.end();
             metrics_.request(listed ? req.path : "other", res.status);
         });
+        // cpp-httplib listens with a backlog of 5 connections: a burst of
+        // clients beyond it is reset while the accepting thread catches up.
+        // The listening socket is remembered here and given a deep backlog
+        // once bound (listen() again only changes the backlog).
+        http_.set_socket_options([this](httplib::socket_t socket) {
+            httplib::default_socket_options(socket);
+            listener_ = socket;
+        });
         int port = options_.port;
         if (port == 0) {
             port = http_.bind_to_any_port(options_.host);
@@ -209,6 +220,7 @@ public:
         } else if (!http_.bind_to_port(options_.host, port)) {
             throw specdec::Error("cannot listen on " + options_.host + ":" + std::to_string(port));
         }
+        if (listener_ != INVALID_SOCKET) ::listen(listener_, SOMAXCONN);
         std::printf("specdec-server: %s, %zu slots of %zu tokens; listening on http://%s:%d\n", model_name_.c_str(),
                     engine_.slots(), limits_.context, options_.host.c_str(), port);
         std::fflush(stdout);
@@ -372,6 +384,7 @@ private:
     httplib::Server http_;
     std::atomic<std::uint64_t> next_id_{0};
     std::atomic<bool> listen_ended_{false};
+    httplib::socket_t listener_ = INVALID_SOCKET;
 };
 
 void on_signal(int) { Server::stop_requested.store(true); }

@@ -7,6 +7,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 
@@ -53,7 +54,15 @@ class Server:
             self.process.kill()
             raise RuntimeError(f"the server did not start: {line!r}")
         self.host, self.port = match.group(1), int(match.group(2))
+        # Whatever the server prints later (errors, sanitizer reports) is shown,
+        # and its pipe never fills.
+        self.drain = threading.Thread(target=self._echo, daemon=True)
+        self.drain.start()
         self.url = f"http://{self.host}:{self.port}"
+
+    def _echo(self):
+        for line in self.process.stdout:
+            print("server:", line.rstrip(), flush=True)
 
     def request(self, method, path, body=None, headers=None, timeout=120):
         """Returns (status, headers dict, body bytes). `body`: bytes, str or a JSON-able object."""

@@ -30,7 +30,8 @@ else()
   message(STATUS "specdec-server: its tests need Python 3 (not found)")
 endif()
 foreach(case "--engine llama.cpp is refused|--engine llama.cpp --synthetic" "unknown flag|--synthetic --no-such-flag"
-             "no model|-np 2" "a target without a draft|-m x.gguf" "non-numeric slots|--synthetic -np many")
+             "no model|-np 2" "a port beyond 65535|--synthetic --port 4294967376"
+             "a target without a draft|-m x.gguf" "non-numeric slots|--synthetic -np many")
   string(FIND "${case}" "|" bar)
   string(SUBSTRING "${case}" 0 ${bar} name)
   math(EXPR bar "${bar} + 1")
