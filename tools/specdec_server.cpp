@@ -209,7 +209,7 @@ public:
         // clients beyond it is reset while the accepting thread catches up.
         // The listening socket is remembered here and given a deep backlog
         // once bound (listen() again only changes the backlog).
-        http_.set_socket_options([this](httplib::socket_t socket) {
+        http_.set_socket_options([this](socket_t socket) {
             httplib::default_socket_options(socket);
             listener_ = socket;
         });
@@ -384,7 +384,7 @@ private:
     httplib::Server http_;
     std::atomic<std::uint64_t> next_id_{0};
     std::atomic<bool> listen_ended_{false};
-    httplib::socket_t listener_ = INVALID_SOCKET;
+    socket_t listener_ = INVALID_SOCKET;
 };
 
 void on_signal(int) { Server::stop_requested.store(true); }
