@@ -1,0 +1,44 @@
+# specdec-server's tests, included by tools/CMakeLists.txt where the server is
+# built. Each starts the server on 127.0.0.1 with a free port, mostly on the
+# embedded synthetic pair (no model files), and stops it with SIGINT.
+add_executable(specdec-server-reference ${CMAKE_CURRENT_LIST_DIR}/server_reference.cpp)
+target_link_libraries(specdec-server-reference PRIVATE specdec::cpu)
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  set(_server $<TARGET_FILE:specdec-server>)
+  set(_reference $<TARGET_FILE:specdec-server-reference>)
+  add_test(NAME "server: raw HTTP, bad input, greedy equals the library, 1-16 clients, seeded T = 1 among 15 others"
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_server.py ${_server} ${_reference})
+  add_test(NAME "server: disconnect mid-stream, --max-queue 503, --api-key 401, text prompts on a GGUF pair"
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_server_limits.py ${_server}
+                   ${PROJECT_SOURCE_DIR}/tests/fixtures)
+  # The openai package, where it is installed (build/openai-venv, or the
+  # interpreter's own); without it the test is reported as skipped.
+  set(SPECDEC_OPENAI_PYTHON "${PROJECT_BINARY_DIR}/openai-venv/bin/python3" CACHE FILEPATH
+      "Python interpreter with the openai package, for specdec-server's client test")
+    set(_python ${Python3_EXECUTABLE})
+  if(EXISTS ${SPECDEC_OPENAI_PYTHON})
+    set(_python ${SPECDEC_OPENAI_PYTHON})
+  endif()
+  add_test(NAME "server: the openai Python client (completions, streaming, seed, logprobs, chat refusal)"
+           COMMAND ${_python} ${CMAKE_CURRENT_LIST_DIR}/test_openai_client.py ${_server} ${_reference})
+  set_tests_properties("server: raw HTTP, bad input, greedy equals the library, 1-16 clients, seeded T = 1 among 15 others"
+                       "server: disconnect mid-stream, --max-queue 503, --api-key 401, text prompts on a GGUF pair"
+                       "server: the openai Python client (completions, streaming, seed, logprobs, chat refusal)"
+                       PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+else()
+  message(STATUS "specdec-server: its tests need Python 3 (not found)")
+endif()
+foreach(case "--engine llama.cpp is refused|--engine llama.cpp --synthetic" "unknown flag|--synthetic --no-such-flag"
+             "no model|-np 2" "a port beyond 65535|--synthetic --port 4294967376"
+             "a target without a draft|-m x.gguf" "non-numeric slots|--synthetic -np many")
+  string(FIND "${case}" "|" bar)
+  string(SUBSTRING "${case}" 0 ${bar} name)
+  math(EXPR bar "${bar} + 1")
+  string(SUBSTRING "${case}" ${bar} -1 arguments)
+  string(REPLACE " " ";" arguments "${arguments}")
+  add_test(NAME "server: ${name}: exits with code 2"
+           COMMAND ${CMAKE_COMMAND} -DBENCH=$<TARGET_FILE:specdec-server> -DEXPECTED_CODE=2 "-DARGS=${arguments}"
+                   -P ${PROJECT_SOURCE_DIR}/benchmarks/expect_exit_code.cmake)
+  set_tests_properties("server: ${name}: exits with code 2" PROPERTIES TIMEOUT 30)
+endforeach()

@@ -1,0 +1,79 @@
+"""specdec-server through the official openai Python package: completions,
+streaming, seeds, logprobs, and chat's refusal arriving as the package's
+BadRequestError. Skips (exit code 77) where the package is not installed:
+    python3 -m venv build/openai-venv && build/openai-venv/bin/pip install openai==1.55.3
+
+    test_openai_client.py SERVER REFERENCE
+"""
+import sys
+
+try:
+    import openai
+except ImportError:
+    print("SKIP: the openai package is not installed (pip install openai==1.55.3 in build/openai-venv)")
+    sys.exit(77)
+
+from server_harness import Failures, Server, reference_tokens
+
+server_binary, reference = sys.argv[1], sys.argv[2]
+f = Failures()
+print("openai", openai.__version__, flush=True)
+server = Server(server_binary, "--synthetic", "-np", "4", "-t", "1", "--api-key", "k")
+try:
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0, timeout=120)
+    model = client.models.list().data[0].id
+    f.check(model == "synthetic-tiny", f"models: {model}")
+
+    prompt = [1, 2, 3, 4]
+    expected = reference_tokens(reference, "tiny", 24, prompt)
+    done = client.completions.create(model=model, prompt=prompt, max_tokens=24, temperature=0)
+    choice = done.choices[0]
+    f.check(choice.model_extra.get("tokens") == expected, f"greedy: {choice.model_extra.get('tokens')} != {expected}")
+    f.check(choice.finish_reason == "length" and done.usage.completion_tokens == 24, f"completion: {done}")
+
+    stream = client.completions.create(model=model, prompt=prompt, max_tokens=24, temperature=0, stream=True,
+                                       stream_options={"include_usage": True})
+    streamed, usage = [], None
+    for chunk in stream:
+        for c in chunk.choices:
+            streamed += c.model_extra.get("tokens", [])
+        usage = chunk.usage or usage
+    f.check(streamed == expected, f"streamed: {streamed} != {expected}")
+    f.check(usage is not None and usage.completion_tokens == 24, f"stream usage: {usage}")
+
+    runs = [client.completions.create(model=model, prompt=prompt, max_tokens=32, temperature=1.0, seed=99)
+            .choices[0].model_extra["tokens"] for _ in range(2)]
+    f.check(runs[0] == runs[1], f"seed 99 twice: {runs}")
+    other = client.completions.create(model=model, prompt=prompt, max_tokens=32, temperature=1.0, seed=100)
+    f.check(other.choices[0].model_extra["tokens"] != runs[0], "seeds 99 and 100 gave the same 32 tokens")
+
+    scored = client.completions.create(model=model, prompt=prompt, max_tokens=5, temperature=0, logprobs=2)
+    lp = scored.choices[0].logprobs
+    f.check(lp is not None and len(lp.token_logprobs) == 5 and all(len(t) == 2 for t in lp.top_logprobs),
+            f"logprobs: {lp}")
+    # Greedy tokens are the most probable, so each token's logprob is its row's best.
+    f.check(lp is not None and all(abs(v - max(t.values())) < 1e-6 for v, t in zip(lp.token_logprobs, lp.top_logprobs)),
+            f"greedy tokens are not their rows' most probable: {lp}")
+
+    try:
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
+        f.check(False, "chat without a template was answered")
+    except openai.BadRequestError as error:
+        f.check(error.status_code == 400 and error.body.get("param") == "messages", f"chat refusal: {error.body}")
+
+    try:
+        client.completions.create(model=model, prompt=prompt, n=2)
+        f.check(False, "n = 2 was answered")
+    except openai.BadRequestError as error:
+        f.check(error.body.get("param") == "n", f"n = 2: {error.body}")
+
+    bad = openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0)
+    try:
+        bad.models.list()
+        f.check(False, "a wrong key was accepted")
+    except openai.AuthenticationError:
+        pass
+finally:
+    code = server.stop()
+f.check(code == 0, f"the server exited with {code}")
+f.exit()

@@ -1,0 +1,275 @@
+#pragma once
+// The decoding loop: one thread owns the BatchedDecoder. HTTP threads hand it
+// jobs through a locked queue and read each request's tokens from its
+// Channel; the decoding thread submits jobs between steps, cancels the
+// requests whose client went away (the stream callback also returns false,
+// so a running request ends inside the step that notices), steps, and hands
+// each result to its channel.
+//
+// Draft lengths: a seeded request at temperature > 0 drafts a fixed length
+// (its speculative.n_max, or the server's --draft-max) every step, so that its
+// tokens are a function of its own prompt, options and seed, whatever its
+// batch mates (the CPU rows are batch-invariant, and the sampled tokens depend
+// on the draft lengths). Greedy and unseeded requests get AutoBatchLength's
+// length for the batch; speculative.n_max = 0 drafts nothing.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <specdec/decoding/batch_lengths.hpp>
+#include <specdec/decoding/batched_decoder.hpp>
+
+#include "api_error.hpp"
+#include "metrics.hpp"
+
+namespace specdec::server {
+
+using Clock = std::chrono::steady_clock;
+
+enum class DraftMode { adaptive, fixed, off };
+
+// A request's tokens on their way from the decoding thread to its HTTP thread.
+class Channel {
+public:
+    // Decoding thread.
+    void accept() { update([&] { accepted_ = true; }); }
+    void refuse(ApiError error) { update([&] { refused_ = std::move(error); }); }
+    void push(Token token) { update([&] { tokens_.push_back(token); }); }
+    void finish(RequestResult result) { update([&] { result_ = std::move(result); }); }
+
+    // HTTP thread: ends the request (the client went away, or the server stops).
+    void cancel() { cancelled_.store(true); }
+    [[nodiscard]] bool cancelled() const { return cancelled_.load(); }
+
+    // HTTP thread: waits until the request was submitted or refused (timeout: false).
+    bool wait_submitted(std::optional<ApiError>& refused, std::chrono::milliseconds timeout) {
+        std::unique_lock lock(mutex_);
+        const bool ok = changed_.wait_for(lock, timeout, [&] { return accepted_ || refused_.has_value(); });
+        refused = refused_;
+        return ok;
+    }
+    // HTTP thread: the tokens after the first `seen`, waiting up to `timeout`
+    // for some; `done` holds the result once the request ended.
+    std::vector<Token> next(std::size_t seen, std::chrono::milliseconds timeout, std::optional<RequestResult>& done) {
+        std::unique_lock lock(mutex_);
+        changed_.wait_for(lock, timeout, [&] { return tokens_.size() > seen || result_.has_value(); });
+        std::vector<Token> fresh(tokens_.begin() + static_cast<std::ptrdiff_t>(std::min(seen, tokens_.size())), tokens_.end());
+        if (result_ && fresh.empty()) done = result_;
+        return fresh;
+    }
+
+private:
+    template <class F>
+    void update(F&& f) {
+        {
+            std::lock_guard lock(mutex_);
+            f();
+        }
+        changed_.notify_all();
+    }
+    std::mutex mutex_;
+    std::condition_variable changed_;
+    std::vector<Token> tokens_;
+    bool accepted_ = false;
+    std::optional<ApiError> refused_;
+    std::optional<RequestResult> result_;
+    std::atomic<bool> cancelled_{false};
+};
+
+struct Job {
+    std::vector<Token> prompt;
+    DecodingOptions options;
+    DraftMode mode = DraftMode::adaptive;
+    std::shared_ptr<Channel> channel;
+    Clock::time_point arrived = Clock::now();
+};
+
+// AutoBatchLength for the adaptive requests; fixed ones draft their cap, and
+// those that asked for none draft nothing.
+class ServerBatchLength {
+public:
+    explicit ServerBatchLength(std::shared_ptr<std::unordered_map<std::uint64_t, DraftMode>> modes)
+        : modes_(std::move(modes)) {}
+
+    void plan(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
+        adaptive_.clear();
+        where_.clear();
+        for (std::size_t i = 0; i < queries.size(); ++i) {
+            const auto it = modes_->find(queries[i].id);
+            const DraftMode mode = it == modes_->end() ? DraftMode::adaptive : it->second;
+            lengths[i] = mode == DraftMode::fixed ? queries[i].cap : 0;
+            if (mode == DraftMode::adaptive) {
+                adaptive_.push_back(queries[i]);
+                where_.push_back(i);
+            }
+        }
+        if (adaptive_.empty()) return;
+        planned_.assign(adaptive_.size(), 0);
+        inner_.plan(adaptive_, planned_);
+        for (std::size_t j = 0; j < where_.size(); ++j) lengths[where_[j]] = planned_[j];
+    }
+    void observe(const BatchOutcome& outcome) { inner_.observe(outcome); }
+    void forget(std::uint64_t id) {
+        inner_.forget(id);
+        modes_->erase(id);
+    }
+
+private:
+    std::shared_ptr<std::unordered_map<std::uint64_t, DraftMode>> modes_;
+    AutoBatchLength inner_;
+    std::vector<SequenceDraftQuery> adaptive_;
+    std::vector<std::size_t> where_, planned_;
+};
+
+template <class Target, class Draft>
+class Engine {
+public:
+    using Decoder = BatchedDecoder<Target, Draft, TokenwiseRejection, ServerBatchLength>;
+
+    Engine(Target& target, Draft& draft, Metrics& metrics, std::size_t slots)
+        : modes_(std::make_shared<std::unordered_map<std::uint64_t, DraftMode>>()),
+          decoder_(specdec::target(target), specdec::draft(draft), BatchOptions{.max_sequences = slots},
+                   TokenwiseRejection{}, ServerBatchLength(modes_)),
+          metrics_(&metrics) {
+        thread_ = std::thread([this] { loop(); });
+    }
+    ~Engine() { stop(); }
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    [[nodiscard]] std::size_t slots() const { return decoder_.slots(); }
+
+    // Queues a job; refuses it (503) when `limit` requests are already
+    // outstanding (queued, waiting or running) or the engine is stopping.
+    std::optional<ApiError> enqueue(Job job, std::size_t limit) {
+        {
+            std::lock_guard lock(mutex_);
+            if (stopping_) return ApiError{503, "the server is shutting down", {}, "server_error"};
+            if (outstanding_ >= limit)
+                return ApiError{503, "the server is busy: " + std::to_string(limit) +
+                                         " requests are already running or waiting for a slot (-np + --max-queue)",
+                                {}, "server_error", "queue_full"};
+            ++outstanding_;
+            queue_.push_back(std::move(job));
+        }
+        wake_.notify_one();
+        return std::nullopt;
+    }
+
+    void stop() {
+        {
+            std::lock_guard lock(mutex_);
+            if (stopping_) return;
+            stopping_ = true;
+        }
+        wake_.notify_one();
+        if (thread_.joinable()) thread_.join();
+    }
+
+private:
+    struct Live {
+        std::shared_ptr<Channel> channel;
+        std::size_t prompt = 0;
+    };
+
+    void loop() {
+        std::vector<Job> jobs;
+        for (;;) {
+            {
+                std::unique_lock lock(mutex_);
+                wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || !decoder_.idle(); });
+                if (stopping_) break;
+                jobs.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
+                queue_.clear();
+            }
+            for (Job& job : jobs) submit(job);
+            jobs.clear();
+            for (auto& [id, live] : live_)
+                if (live.channel->cancelled()) decoder_.cancel(id);
+            if (!decoder_.idle()) {
+                const BatchStepReport report = decoder_.step();
+                metrics_->step(report.sequences, report.drafts);
+            }
+            for (RequestResult& result : decoder_.take_finished()) retire(std::move(result));
+            metrics_->queue(decoder_.waiting_requests(), decoder_.running_requests());
+        }
+        for (auto& [id, live] : live_) decoder_.cancel(id);
+        while (!decoder_.idle()) decoder_.step();
+        for (RequestResult& result : decoder_.take_finished()) retire(std::move(result));
+        std::lock_guard lock(mutex_);
+        for (Job& job : queue_) job.channel->refuse(ApiError{503, "the server is shutting down", {}, "server_error"});
+    }
+
+    void submit(Job& job) {
+        if (job.channel->cancelled()) {
+            release();
+            job.channel->refuse(ApiError{503, "the request was cancelled before it started", {}, "server_error"});
+            return;
+        }
+        const std::shared_ptr<Channel> channel = job.channel;
+        RequestId id = 0;
+        try {
+            auto stream = [this, channel, last = job.arrived, first = true](Token token) mutable {
+                const Clock::time_point now = Clock::now();
+                const double seconds = std::chrono::duration<double>(now - last).count();
+                first ? metrics_->first_token(seconds) : metrics_->inter_token(seconds);
+                first = false;
+                last = now;
+                channel->push(token);
+                return !channel->cancelled();
+            };
+            id = decoder_.submit(job.prompt, job.options, std::move(stream));
+        } catch (const Error& error) {
+            release();
+            channel->refuse(bad_request(error.what()));
+            return;
+        }
+        (*modes_)[id] = job.mode;
+        live_[id] = Live{channel, job.prompt.size()};
+        channel->accept();
+    }
+
+    void retire(RequestResult result) {
+        const auto it = live_.find(result.id);
+        if (it == live_.end()) return;
+        const GenerationStats& stats = result.generation.stats;
+        // A stream callback that returned false is a cancellation seen inside a step.
+        const bool cancelled = result.status == RequestStatus::cancelled ||
+                               (result.status == RequestStatus::finished && result.generation.stop_reason == StopReason::callback);
+        metrics_->finished(cancelled ? "cancelled" : std::string(to_string(result.status)), it->second.prompt, result.generation.tokens.size(), stats.draft_tokens_proposed,
+                           stats.draft_tokens_accepted);
+        it->second.channel->finish(std::move(result));
+        live_.erase(it);
+        release();
+    }
+
+    void release() {
+        std::lock_guard lock(mutex_);
+        --outstanding_;
+    }
+
+    std::shared_ptr<std::unordered_map<std::uint64_t, DraftMode>> modes_;
+    Decoder decoder_;
+    Metrics* metrics_;
+    std::unordered_map<RequestId, Live> live_;
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    std::deque<Job> queue_;
+    std::size_t outstanding_ = 0;
+    bool stopping_ = false;
+    std::thread thread_;
+};
+
+}  // namespace specdec::server

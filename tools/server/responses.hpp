@@ -1,0 +1,74 @@
+#pragma once
+// The JSON a completion answers with, whole or as server-sent events: OpenAI's
+// text_completion shape, plus each choice's token ids ("tokens") and the
+// request's speculation counts and seed ("specdec"), which OpenAI's clients
+// keep as extra fields.
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <specdec/decoding/batched_decoder.hpp>
+
+namespace specdec::server {
+
+// A token's text for logprobs: its piece, or its id where there is no tokenizer.
+using PieceOf = std::function<std::string(Token)>;
+
+[[nodiscard]] inline std::int64_t unix_now() {
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+[[nodiscard]] inline const char* finish_reason(const GenerationResult& g) {
+    return g.stop_reason == StopReason::stop_token ? "stop" : "length";
+}
+
+[[nodiscard]] inline nlohmann::json completion_logprobs(const GenerationResult& g, const PieceOf& piece) {
+    nlohmann::json tokens = nlohmann::json::array(), values = nlohmann::json::array(), top = nlohmann::json::array(),
+                   offsets = nlohmann::json::array();
+    std::size_t offset = 0;
+    for (const TokenLogprob& t : g.logprobs) {
+        const std::string text = piece(t.token);
+        tokens.push_back(text);
+        values.push_back(t.logprob);
+        nlohmann::json alternatives = nlohmann::json::object();
+        for (const TopLogprob& a : t.top) alternatives[piece(a.token)] = a.logprob;
+        top.push_back(std::move(alternatives));
+        offsets.push_back(offset);
+        offset += text.size();
+    }
+    return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", top}, {"text_offset", offsets}};
+}
+
+[[nodiscard]] inline nlohmann::json usage(std::size_t prompt, std::size_t completion) {
+    return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+}
+
+[[nodiscard]] inline nlohmann::json speculation(const GenerationResult& g) {
+    return {{"seed", g.seed},
+            {"draft_tokens_proposed", g.stats.draft_tokens_proposed},
+            {"draft_tokens_accepted", g.stats.draft_tokens_accepted},
+            {"target_passes", g.stats.target_forward_passes}};
+}
+
+// A chunk of a streamed completion (finish: the last one).
+[[nodiscard]] inline std::string completion_event(const std::string& id, const std::string& model, const std::string& text,
+                                                  const std::vector<Token>& tokens, const char* finish) {
+    nlohmann::json choice{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"tokens", tokens}};
+    choice["finish_reason"] = finish ? nlohmann::json(finish) : nlohmann::json(nullptr);
+    const nlohmann::json chunk{{"id", id},           {"object", "text_completion"}, {"created", unix_now()},
+                               {"model", model},     {"choices", nlohmann::json::array({choice})}};
+    return "data: " + chunk.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n";
+}
+
+[[nodiscard]] inline std::string sse(const nlohmann::json& data) {
+    return "data: " + data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n";
+}
+
+inline constexpr const char* kDone = "data: [DONE]\n\n";
+
+}  // namespace specdec::server
