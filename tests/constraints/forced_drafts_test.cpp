@@ -95,3 +95,24 @@ TEST_CASE("forced drafts: greedy output equals autoregressive, with fewer draft 
     CHECK(passes_on < passes_off);
     CHECK(forced_steps > 0);  // some step went past draft_tokens
 }
+
+TEST_CASE("forced drafts: a literal longer than the context stops where autoregressive decoding does",
+          "[constraints][forced_drafts]") {
+    RegexConstraint constraint("abcabcabcabc", kLiteralTexts, {kLiteralEnd});
+    for (const std::size_t draft_context : {6, 8, 64}) {
+        ToyLM target({.vocab = 4, .seed = 3, .context = 8});
+        ToyLM draft({.vocab = 4, .seed = 3, .noise_seed = 2, .noise = 0.5, .context = draft_context});
+        specdec::DecodingOptions options{.draft_tokens = 2, .seed = 1, .max_new_tokens = 20, .stop_tokens = {kLiteralEnd}};
+        options.sampling.temperature = 1.0;
+        options.sampling.constraint = &constraint;
+        const std::vector<Token> prompt{1, 0};
+        const auto reference = specdec::AutoregressiveDecoder(target, options).generate(prompt);
+        const auto forced =
+            specdec::SpeculativeDecoder(specdec::target(target), specdec::draft(draft), options).generate(prompt);
+        INFO("draft context " << draft_context);
+        CHECK(forced.tokens == reference.tokens);
+        CHECK(forced.tokens.size() == 7);  // the target's context holds 8 positions
+        CHECK(forced.stop_reason == reference.stop_reason);
+        CHECK(forced.stop_reason == specdec::StopReason::context_full);
+    }
+}
