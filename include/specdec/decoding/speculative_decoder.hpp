@@ -52,7 +52,8 @@ public:
         : Session(target, draft, std::move(options)), rule_(std::move(rule)), policy_(std::move(policy)) {}
 
     // One draft -> verify step: proposes up to min(draft_tokens, max_tokens - 1)
-    // drafts (under a constraint, plus forced drafts: forced_drafts.hpp), verifies them in one target pass and commits the accepted prefix
+    // drafts (under a constraint, plus forced drafts: forced_drafts.hpp),
+    // verifies them in one target pass and commits the accepted prefix
     // plus one token from the target (corrected or bonus). Tokens are streamed
     // to on_token as they are committed; emission ends early after a stop
     // token or when on_token returns false, and only emitted tokens are
