@@ -16,6 +16,17 @@
 
 namespace specdec {
 
+// Forced drafts (forced_drafts.hpp): where sampling.constraint allows exactly
+// one token at a draft position, a model drafter proposes that token with
+// q = 1 and spends no draft pass on it (the target's masked p is 1 there too,
+// so it is always accepted). Forced tokens do not count against draft_tokens;
+// at most max_tokens of them lengthen a step beyond it, within the target's
+// free context and the tokens the step may emit.
+struct ForcedDraftOptions {
+    bool enabled = true;          // off: forced tokens are drafted like any other
+    std::size_t max_tokens = 32;  // the most forced tokens a step adds beyond draft_tokens
+};
+
 struct DecodingOptions {
     std::size_t draft_tokens = 4;      // k: tokens proposed per target pass (the most, with a length policy)
     SamplingOptions sampling{};        // applied identically to draft and target
@@ -26,6 +37,7 @@ struct DecodingOptions {
     std::size_t max_new_tokens = 128;  // generation stops after this many tokens
     std::vector<Token> stop_tokens{};  // generation stops after emitting one of these (it is included)
     LogprobOptions logprobs{};
+    ForcedDraftOptions forced_drafts{};  // used only when sampling.constraint is set
 };
 
 // A seed for a generation that was given none: from the system's entropy

@@ -58,11 +58,19 @@ struct DraftRequest {
     // outcome depends on every draft, rejected ones included.
     const CounterRng& rng;
     DraftStop stop{};                 // optional: a drafter that forms q_i consults it before that pass and before draft i
+    // Forced drafts (forced_drafts.hpp), for a drafter that supports them: where
+    // sampling.constraint allows exactly one token, propose it with q = 1;
+    // such tokens do not count against max_tokens, and the proposal holds at
+    // most max(max_tokens, forced_limit) tokens in all. 0: none beyond max_tokens.
+    std::size_t forced_limit = 0;
+    std::span<const Token> end_tokens{};  // the stop tokens: no forced tokens past max_tokens after one
 };
 
-// propose() must return tokens sampled from the q it reports. For exactness the
-// choice of how many tokens to propose may depend only on the drafter's own
-// state and earlier drafts, never on the verifier's randomness.
+// propose() must return tokens sampled from the q it reports, at most
+// max_tokens of them (max(max_tokens, forced_limit) for one that proposes
+// forced drafts). For exactness the choice of how many tokens to propose may
+// depend only on the drafter's own state and earlier drafts, never on the
+// verifier's randomness.
 // reset() is called by the decoder's reset() (it may drop any cached state).
 // A drafter may also provide prefill(std::span<const Token> history), called
 // by the decoder's prefill() so that a draft model can process a prompt in one

@@ -1,9 +1,12 @@
 #pragma once
 // A draft *model* as a Drafter: k sequential single-token forwards of the draft
 // model, each token sampled from the processed draft distribution q that is
-// handed to the verifier with it.
+// handed to the verifier with it; under a constraint, the tokens it forces
+// come with q = 1 and no pass of their own (forced_drafts.hpp).
 #include <algorithm>
 #include <cstddef>
+#include <optional>
+#include <span>
 #include <sstream>
 #include <vector>
 
@@ -11,6 +14,7 @@
 #include "specdec/core/error.hpp"
 #include "specdec/decoding/draft_model_cache.hpp"
 #include "specdec/decoding/drafter.hpp"
+#include "specdec/decoding/forced_drafts.hpp"
 #include "specdec/sampling/logit_adjustments.hpp"
 #include "specdec/sampling/logits_processing.hpp"
 
@@ -78,39 +82,67 @@ public:
 
     using Cache::vocab_size;
 
+    // Proposes at most request.max_tokens drafts sampled from the draft model
+    // and, with request.forced_limit, the constraint's forced tokens between
+    // and after them (forced_drafts.hpp), at most max(max_tokens, forced_limit)
+    // in all. A pass runs only to form the q of a sampled draft; it feeds every
+    // token since the last pass (the catch-up, the last draft, a run of forced
+    // tokens) at once and reads its last row.
     DraftProposal propose(const DraftRequest& request) {
         DraftProposal proposal;
         const std::size_t vocab = vocab_size();
         proposal.vocab = vocab;
-        // The cache ends up holding history + (k - 1) drafts: cap k by the draft's context.
+        detail::ForcedTokenScan forced(request, vocab);
+        // The cache ends up holding history + (n - 1) tokens of a proposal of
+        // n: cap n by the draft's context.
         const std::size_t context = cache_.model().context_length();
         const std::size_t room = context + 1 > request.history.size() ? context + 1 - request.history.size() : 0;
         const std::size_t k = std::min(request.max_tokens, room);
-        if (k == 0) return proposal;
+        const std::size_t most = forced.active() ? std::min(std::max(k, request.forced_limit), room) : k;
+        if (most == 0) return proposal;
 
         const bool keep_q = !request.sampling.greedy();
-        proposal.tokens.reserve(k);
-        if (keep_q) proposal.probabilities.reserve(k * vocab);
+        proposal.tokens.reserve(most);
+        if (keep_q) proposal.probabilities.reserve(most * vocab);
 
-        // Catch up on whatever the last verification committed (the last accepted
-        // draft, the corrected or bonus token) in one batched pass, of which
-        // only the last row is read.
-        LogitsView logits = cache_.forward_last(cache_.uncached_suffix(request.history));
-        ++proposal.forward_passes;
-        for (std::size_t i = 0; i < k; ++i) {
+        // The first pass catches up on whatever the last verification committed
+        // (the last accepted draft, the corrected or bonus token).
+        const std::span<const Token> catch_up = cache_.uncached_suffix(request.history);
+        unfed_.assign(catch_up.begin(), catch_up.end());
+        std::size_t sampled = 0;  // drafts the model chose: at most k
+        bool ended = false;       // a stop token was proposed
+        for (std::size_t i = 0; i < most; ++i) {
+            if (const std::optional<Token> only = forced.after(proposal.tokens)) {
+                if (i >= k && ended) break;
+                proposal.tokens.push_back(*only);
+                if (keep_q) {
+                    proposal.probabilities.resize((i + 1) * vocab, 0.0f);
+                    proposal.probabilities[i * vocab + static_cast<std::size_t>(*only)] = 1.0f;
+                }
+                unfed_.push_back(*only);
+                ended = ended || forced.ends(*only);
+                continue;
+            }
+            if (sampled == k) break;
+            // The pass that forms q_i costs as much as any draft: a stop may
+            // end the draft before spending it (not before the catch-up).
+            if (proposal.forward_passes > 0 && detail::stop_before_pass(request, i)) break;
+            const LogitsView logits = unfed_.size() == 1 && proposal.forward_passes > 0
+                                          ? cache_.forward(std::span<const Token>(unfed_))
+                                          : cache_.forward_last(std::span<const Token>(unfed_));
+            ++proposal.forward_passes;
             check_vocab(logits);
             if (!detail::draft_from_row(logits.last_row(), request, i, proposal)) break;
-            if (i + 1 < k) {
-                // The pass that forms q_{i+1} costs as much as any draft: a
-                // stop may end the draft before spending it.
-                if (detail::stop_before_pass(request, i + 1)) break;
-                logits = cache_.forward(std::span<const Token>(&proposal.tokens.back(), 1));
-                ++proposal.forward_passes;
-            }
+            ++sampled;
+            unfed_.assign(1, proposal.tokens.back());
+            ended = ended || forced.ends(proposal.tokens.back());
         }
         if (keep_q) proposal.probabilities.resize(proposal.tokens.size() * vocab);
         return proposal;
     }
+
+private:
+    std::vector<Token> unfed_;  // tokens of this proposal the draft model has not seen yet
 };
 
 }  // namespace specdec

@@ -318,13 +318,14 @@ protected:
     }
 
     // Per-position counters of a chain of k drafts, sized to the longest
-    // draft (options().draft_tokens).
+    // draft (options().draft_tokens, or k when forced drafts made it longer).
     void count_chain_proposal(StepRecord& step, std::size_t k) const {
         GenerationStats& stats = step.stats();
-        stats.proposed_at_position.assign(options_.draft_tokens, 0);
-        stats.accepted_at_position.assign(options_.draft_tokens, 0);
-        stats.tested_at_position.assign(options_.draft_tokens, 0);
-        stats.draft_length_counts.assign(options_.draft_tokens + 1, 0);
+        const std::size_t longest = std::max(options_.draft_tokens, k);
+        stats.proposed_at_position.assign(longest, 0);
+        stats.accepted_at_position.assign(longest, 0);
+        stats.tested_at_position.assign(longest, 0);
+        stats.draft_length_counts.assign(longest + 1, 0);
         for (std::size_t i = 0; i < k; ++i) ++stats.proposed_at_position[i];
         ++stats.draft_length_counts[k];
     }

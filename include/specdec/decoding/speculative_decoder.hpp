@@ -20,6 +20,7 @@
 #include "specdec/core/error.hpp"
 #include "specdec/decoding/draft_length.hpp"
 #include "specdec/decoding/drafter.hpp"
+#include "specdec/decoding/forced_drafts.hpp"
 #include "specdec/decoding/kv_sync.hpp"
 #include "specdec/decoding/model_drafter.hpp"
 #include "specdec/decoding/roles.hpp"
@@ -51,7 +52,8 @@ public:
         : Session(target, draft, std::move(options)), rule_(std::move(rule)), policy_(std::move(policy)) {}
 
     // One draft -> verify step: proposes up to min(draft_tokens, max_tokens - 1)
-    // drafts, verifies them in one target pass and commits the accepted prefix
+    // drafts (under a constraint, plus forced drafts: forced_drafts.hpp),
+    // verifies them in one target pass and commits the accepted prefix
     // plus one token from the target (corrected or bonus). Tokens are streamed
     // to on_token as they are committed; emission ends early after a stop
     // token or when on_token returns false, and only emitted tokens are
@@ -67,14 +69,16 @@ public:
         if (step.stopped()) return std::move(step.result);
         const CounterRng rng{this->seed()};
         const std::size_t cap = this->draft_cap(step, max_tokens);
-        std::size_t k_max = 0;
+        std::size_t k_max = 0, limit = 0;
         const DraftProposal draft = this->propose(step, [&] {
             const DraftPlan plan = policy_.plan(cap, step.committed);
             k_max = std::min(plan.max_tokens, cap);
             if (k_max == 0) return DraftProposal{};
-            return drafter_.propose(DraftRequest{sequence_, k_max, options_.sampling, rng, plan.stop});
+            limit = detail::forced_draft_limit(options_, step.room, max_tokens, k_max);
+            return drafter_.propose(DraftRequest{sequence_, k_max, options_.sampling, rng, plan.stop, limit,
+                                                 options_.stop_tokens});
         });
-        this->check_proposal(draft, k_max);
+        this->check_proposal(draft, std::max(k_max, limit));
         const std::size_t k = draft.size();
         this->count_chain_proposal(step, k);
 
