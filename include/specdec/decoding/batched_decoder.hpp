@@ -406,9 +406,13 @@ public:
             if (a.verified) outcomes_.push_back({a.slot->id, a.proposal.size(), a.accepted});
         }
         report.seconds = detail::seconds_since(start);
-        policy_.observe(BatchOutcome{outcomes_, report.target_tokens, target_seconds_, round_widths_, round_seconds_,
-                                     first_round_caught_up_, acceptance_seconds_,
-                                     report.seconds - admission_seconds});
+        StepTimings timings{.target_width = report.target_tokens, .target_seconds = target_seconds_,
+                            .draft_passes = round_widths_.size(), .draft_seconds = 0.0,
+                            .draft_round_widths = round_widths_, .draft_round_seconds = round_seconds_,
+                            .first_round_caught_up = first_round_caught_up_, .acceptance_seconds = acceptance_seconds_,
+                            .total_seconds = report.seconds - admission_seconds};
+        for (const double seconds : round_seconds_) timings.draft_seconds += seconds;
+        policy_.observe(BatchOutcome{timings, outcomes_});
         for (Active& a : active_) {
             if (a.failed) {
                 retire(*a.slot, RequestStatus::failed, std::move(a.error), report);

@@ -92,7 +92,7 @@ public:
         this->emit(step, std::span<const Token>(draft.tokens).first(verdict.accepted), verdict.next_token, on_token);
         if (host_rows_.data != nullptr) this->record_logprobs(step, pass_rows_, host_rows_, k);
         this->count_chain_tests(step, k, verdict.accepted);
-        return this->finish_step(step, policy_, StepOutcome{.proposed = k, .accepted = verdict.accepted});
+        return this->finish_step(step, policy_, StepOutcome{{}, /*proposed=*/k, /*accepted=*/verdict.accepted});
     }
 
     // The draft-length policy (e.g. to read what AutoLength has learned).
