@@ -132,7 +132,7 @@ public:
     // Whether the planned steps beat the plain ones since the last rare probe
     // by clear_margin by both counts.
     [[nodiscard]] bool drafting_clearly_won(std::size_t n) const {
-        const Rates d = rates(n, options_.max_plain_probe_every + 2 * options_.explore_every, options_.clear_plain_samples);
+        const Rates d = rates(n, options_.max_plain_probe_every + plain_probe_interval(), options_.clear_plain_samples);
         const double bar = options_.clear_margin * d.plain;
         return d.expected && *d.expected >= bar && d.emitted && *d.emitted >= bar;
     }
@@ -193,6 +193,9 @@ private:
         return steps_ > horizon ? steps_ - horizon : 0;
     }
     [[nodiscard]] std::size_t plain_horizon() const { return options_.plain_horizon_explorations * options_.explore_every; }
+    // Exploring steps alternate looks and plain probes: a plain probe comes
+    // once in two exploring intervals.
+    [[nodiscard]] std::size_t plain_probe_interval() const { return 2 * options_.explore_every; }
     // A probe of a vetoed plan follows plain steps, so its first round
     // catches every drafting request's draft cache up: a cost of having
     // stopped, not of the plan. That round counts at what D says a round of

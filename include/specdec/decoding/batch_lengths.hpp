@@ -74,6 +74,7 @@ public:
             return plain();
         }
         if (any && !explore && guard_.plain_rate_stale(n)) return guard_.plain_refresh(), plain();
+        // Mid-interval, so that widening steps fall between the exploring ones.
         const bool widen_turn = options_.widen_every > 0 && step % options_.widen_every == options_.widen_every / 2;
         if (!explore && widen_turn && probes_.widen(queries, lengths, model_.costs().target(), equal_lengths_))
             return guard_.unplanned();
