@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "batch_bench.hpp"
+#include "batch_results.hpp"
 #include "report_json.hpp"
 #include "report_svg.hpp"
 #include "report_table.hpp"
@@ -230,8 +230,8 @@ inline void print_batch_report(std::ostream& out, const BatchReport& report, Rep
                        static_cast<unsigned long long>(s.seed)),
         9);
     out << detail::wrap("columns: x AR = tok/s / batched autoregressive tok/s (per round: the lowest-highest round); "
-                        "pred. = sum E(k_i) / (V(sum (k_i + 1)) + sum_r D(b_r)) from the variant's own timed passes and "
-                        "acceptance; latency = mean seconds from admission to a request's last token; tok/seq = tokens "
+                        "pred. = sum E_i(k_i) / step_seconds (V(sum (k_i + 1)) + sum_r D(b_r) + r rows + o), asked of the "
+                        "batch model before each step, from the variant's own timings and acceptance; latency = mean seconds from admission to a request's last token; tok/seq = tokens "
                         "per request per step",
                         9);
     out << "wall time " << detail::rounded_seconds(report.wall_seconds) << "\n";

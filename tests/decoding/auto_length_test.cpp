@@ -91,7 +91,7 @@ std::vector<std::size_t> simulate(specdec::AutoLength& policy, const SimulatedPa
         outcome.proposed = proposed;
         outcome.accepted = accepted;
         outcome.draft_passes = model_free ? 0 : passes;  // a model-free drafter runs no passes
-        outcome.verified_tokens = proposed + 1;
+        outcome.target_width = proposed + 1;
         // machine(step): the whole machine's slowness at this step (both models).
         const double pace = machine ? machine(step) : 1.0;
         outcome.draft_seconds =
@@ -389,7 +389,7 @@ TEST_CASE("AutoLength values a pass wider than any it has timed as compute-bound
         (void)policy.plan(8, 100 + step);
         specdec::StepOutcome outcome;
         outcome.proposed = outcome.accepted = outcome.draft_passes = 1 + step % 5;
-        outcome.verified_tokens = outcome.proposed + 1;
+        outcome.target_width = outcome.proposed + 1;
         outcome.draft_seconds = 2e-3 * static_cast<double>(outcome.draft_passes);
         outcome.target_seconds = 10e-3;
         outcome.total_seconds = outcome.draft_seconds + outcome.target_seconds;

@@ -171,7 +171,13 @@ struct ScriptedBatch {
             double total = target;
             for (const double seconds : round_seconds) total += seconds;
             if (drafts > 0 && step < hidden_until) total += hidden;
-            policy.observe(BatchOutcome{outcomes, width, target, round_widths, round_seconds, lagging > 0, 0.0, total});
+            specdec::StepTimings timings{.target_width = width, .target_seconds = target,
+                                         .draft_passes = round_widths.size(), .draft_seconds = 0.0,
+                                         .draft_round_widths = round_widths, .draft_round_seconds = round_seconds,
+                                         .first_round_caught_up = lagging > 0, .acceptance_seconds = 0.0,
+                                         .total_seconds = total};
+            for (const double seconds : round_seconds) timings.draft_seconds += seconds;
+            policy.observe(BatchOutcome{timings, outcomes});
             if (step >= counted_from) {
                 ++counts.steps;
                 counts.drafting_steps += drafts > 0 ? 1 : 0;

@@ -134,7 +134,7 @@ struct SharedAutoLength {
         return stop;
     }
     void observe(specdec::StepOutcome outcome) {
-        const double n = static_cast<double>(outcome.verified_tokens);
+        const double n = static_cast<double>(outcome.target_width);
         outcome.draft_seconds = draft_pass_seconds * static_cast<double>(outcome.draft_passes);
         outcome.target_seconds = 1.0 + 0.02 * n * n;
         outcome.acceptance_seconds = 0.01 * static_cast<double>(outcome.proposed + 1);

@@ -39,7 +39,7 @@ struct FixedCostAutoTree {
     TreeShape plan(std::size_t max_depth, std::uint64_t position) { return policy->plan(max_depth, position); }
     void observe(specdec::TreeStepOutcome outcome) {
         outcome.draft_seconds = 0.05 * static_cast<double>(outcome.draft_passes);
-        outcome.target_seconds = target_pass(outcome.verified_tokens);
+        outcome.target_seconds = target_pass(outcome.target_width);
         outcome.acceptance_seconds = 0.0;
         outcome.total_seconds = outcome.draft_seconds + outcome.target_seconds;
         policy->observe(outcome);
@@ -247,7 +247,7 @@ TEST_CASE("AutoTree values a pass wider than any it has timed as compute-bound, 
         (void)policy.plan(8, 100 + step);
         specdec::TreeStepOutcome outcome;
         outcome.depth = outcome.nodes = outcome.accepted = outcome.draft_passes = 1 + step % 5;
-        outcome.verified_tokens = outcome.nodes + 1;
+        outcome.target_width = outcome.nodes + 1;
         outcome.tested.assign(outcome.depth, std::vector<std::size_t>{1});
         outcome.accepted_at.assign(outcome.depth, std::vector<std::size_t>{1});
         outcome.draft_seconds = 0.5e-3 * static_cast<double>(outcome.draft_passes);

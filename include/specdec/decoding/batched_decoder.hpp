@@ -226,9 +226,14 @@ public:
             if (a.verified) outcomes_.push_back({a.slot->id, a.proposal.size(), a.accepted});
         }
         report.seconds = detail::seconds_since(start);
-        policy_.observe(BatchOutcome{outcomes_, report.target_tokens, target_seconds_, rounds_.widths, rounds_.seconds,
-                                     rounds_.first_round_caught_up, acceptance_seconds_,
-                                     report.seconds - admission_seconds});
+        StepTimings timings{.target_width = report.target_tokens, .target_seconds = target_seconds_,
+                            .draft_passes = rounds_.widths.size(), .draft_seconds = 0.0,
+                            .draft_round_widths = rounds_.widths, .draft_round_seconds = rounds_.seconds,
+                            .first_round_caught_up = rounds_.first_round_caught_up,
+                            .acceptance_seconds = acceptance_seconds_,
+                            .total_seconds = report.seconds - admission_seconds};
+        for (const double seconds : rounds_.seconds) timings.draft_seconds += seconds;
+        policy_.observe(BatchOutcome{timings, outcomes_});
         for (Active& a : active_) {
             if (a.failed) {
                 retire(*a.slot, RequestStatus::failed, std::move(a.error), report);

@@ -24,6 +24,7 @@
 #include "specdec/decoding/acceptance_estimate.hpp"
 #include "specdec/decoding/drafter.hpp"
 #include "specdec/decoding/pass_costs.hpp"
+#include "specdec/decoding/step_cost.hpp"
 
 namespace specdec {
 
@@ -33,16 +34,11 @@ struct DraftPlan {
     DraftStop stop{};            // optional early stop inside the draft
 };
 
-// What happened in one step, for policies that learn.
-struct StepOutcome {
-    std::size_t proposed = 0;          // drafts the drafter returned
-    std::size_t accepted = 0;          // drafts the rule kept (before stop tokens/callbacks)
-    std::size_t draft_passes = 0;      // draft forward passes
-    std::size_t verified_tokens = 0;   // width of the target's pass
-    double draft_seconds = 0.0;
-    double target_seconds = 0.0;
-    double acceptance_seconds = 0.0;
-    double total_seconds = 0.0;        // the whole step, emission included
+// What happened in one step, for policies that learn: its timings
+// (StepTimings: passes, widths, seconds) and what verification decided.
+struct StepOutcome : StepTimings {
+    std::size_t proposed = 0;  // drafts the drafter returned
+    std::size_t accepted = 0;  // drafts the rule kept (before stop tokens/callbacks)
 };
 
 // plan(cap, first_position): cap = the most drafts the step may hold
@@ -88,11 +84,12 @@ struct ConfidenceStop {
 //   a_i   acceptance of draft i given drafts 0..i-1 were kept, and A(t) of a
 //         draft whose q has top probability t (AcceptanceEstimate,
 //         ConfidenceBins: decayed, shrunk towards the neighbour position);
-//   d, e, V(n)  the draft pass, a step's drafting overhead and the target
-//         pass over n tokens (PassCosts); r per verified row of acceptance
-//         work; o the rest of a step.
+//   d, e, V(n), r, o  the step-cost model's parts (PassCosts): the draft
+//         pass, a step's drafting overhead, the target pass over n tokens,
+//         acceptance work per verified row and the rest of a step.
 // plan(): k* = argmax_k E(k) / T(k) with E(k) = 1 + sum_{i<k} prod_{j<=i} a_j
-// and T(k) = (k + e) d + V(k + 1) + (k + 1) r + o (no (k + e) d for k = 0),
+// and T(k) = step_seconds() of k rounds of one sequence and a pass of k + 1
+// tokens, i.e. (k + e) d + V(k + 1) + (k + 1) r + o (no (k + e) d for k = 0),
 // and R = E(k*) / T(k*), the rate of the best fixed length; k* = 0 means
 // speculation does not pay. The draft may then run to k* + max_extension
 // drafts (within the cap), each draft decided by its worth in tokens less R
@@ -203,13 +200,7 @@ public:
         // a_i is read many times per draft: computed once per step.
         position_acceptance_ = positions_.chain();
         bins_.refresh();
-        if (costs_.observe(outcome.draft_passes, outcome.draft_seconds, outcome.verified_tokens, outcome.target_seconds,
-                           options_.decay)) {
-            row_.add(outcome.acceptance_seconds / static_cast<double>(outcome.proposed + 1));
-            const double rest =
-                outcome.total_seconds - outcome.draft_seconds - outcome.target_seconds - outcome.acceptance_seconds;
-            other_.add(std::max(0.0, rest));
-        }
+        costs_.observe(outcome, options_.decay);
     }
 
     // What the model currently believes (for reports): a_i (0.5 before any step).
@@ -224,8 +215,7 @@ public:
 
 private:
     [[nodiscard]] double step_seconds(std::size_t k) const {
-        return costs_.drafting_seconds(k) + costs_.verify_seconds(k + 1) + static_cast<double>(k + 1) * row_.value() +
-               other_.value();
+        return specdec::step_seconds(costs_, rounds_.of(k), k + 1);
     }
 
     // Each draft's worth against the planned rate (see the class comment).
@@ -254,7 +244,7 @@ private:
     // formed, each costing its pass and a wider verification. Spans rather
     // than draft i alone, because V(n) need not grow evenly.
     [[nodiscard]] double span_worth(std::size_t i, double reach) const {
-        const double d = costs_.draft_pass(), r = row_.value(), base = costs_.verify_seconds(i + 1);
+        const double d = costs_.draft_pass(), r = costs_.row_seconds(), base = costs_.verify_seconds(i + 1);
         double tokens = 0.0, survive = reach, best = -std::numeric_limits<double>::infinity();
         for (std::size_t m = i + 1; m <= std::max(planned_, i + 1); ++m) {
             tokens += survive;  // draft m - 1 kept
@@ -285,7 +275,7 @@ private:
     std::vector<float> top_probabilities_;     // of this step's formed q
     std::vector<double> unformed_acceptance_;  // a' per draft position, for this step's stop
     PassCosts costs_;
-    RecentTimings row_, other_;  // r and o
+    SingleSequenceRounds rounds_;
 };
 
 }  // namespace specdec

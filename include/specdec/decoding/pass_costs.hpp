@@ -1,14 +1,15 @@
 #pragma once
-// What a step of speculative decoding costs, learned from its timings: the
-// draft pass d (with e, the extra passes' worth a step's drafting costs
-// beyond its passes) and V(n), the target pass over n tokens. One model for
-// every adaptive policy: AutoLength reads V at chain widths k + 1, AutoTree at
-// tree sizes + 1. docs/design/cost-model.md gives the measurements behind
-// each choice below.
+// The timings behind the step-cost model (step_cost.hpp): robust recent
+// medians (RecentTimings), a pass's cost by width (PassCostCurve), and the
+// parts of one sequence's step price (PassCosts: d, e, V(n), r, o), which
+// AutoLength and AutoTree price through step_seconds().
+// docs/design/cost-model.md gives the measurements behind each choice below.
 #include <algorithm>
 #include <array>
 #include <cstddef>
 #include <vector>
+
+#include "specdec/decoding/step_cost.hpp"
 
 namespace specdec {
 
@@ -186,7 +187,23 @@ private:
 // looks expensive, and the policy's warm-up is what gets measured first.
 class PassCosts {
 public:
-    // One verified step's timings. Returns whether its target pass was
+    // One step's timings: d, e and V as below, and, where its target pass was
+    // recorded, r (acceptance seconds per verified row) and o (what the step
+    // took beyond its passes and acceptance).
+    void observe(const StepTimings& step, double decay) {
+        if (!observe(step.draft_passes, step.draft_seconds, step.target_width, step.target_seconds, decay)) return;
+        row_.add(step.acceptance_seconds / static_cast<double>(step.target_width));
+        other_.add(std::max(0.0, step.total_seconds - step.draft_seconds - step.target_seconds - step.acceptance_seconds));
+    }
+
+    // The parts of step_seconds(): a round is one draft pass.
+    [[nodiscard]] double pass_seconds(std::size_t n) const { return verify_seconds(n); }
+    [[nodiscard]] double round_seconds(std::size_t) const { return draft_pass(); }
+    [[nodiscard]] double drafting_overhead_seconds() const { return overhead_ * draft_pass(); }
+    [[nodiscard]] double row_seconds() const { return row_.value(); }
+    [[nodiscard]] double other_seconds() const { return other_.value(); }
+
+    // The timings of a step alone. Returns whether its target pass was
     // recorded (a step with a target pass, and a known pace).
     bool observe(std::size_t draft_passes, double draft_seconds, std::size_t verified_tokens, double target_seconds,
                  double decay) {
@@ -244,6 +261,7 @@ private:
     TimingsByCount by_passes_;     // a step's draft seconds, by its passes
     double overhead_ = 0.0;        // e
     PassCostCurve verify_;         // a target pass in the unit, by its width
+    RecentTimings row_, other_;    // r and o
 };
 
 }  // namespace specdec

@@ -410,7 +410,7 @@ protected:
         const GenerationStats& stats = step.stats();
         step.stats().total_seconds = seconds_since(step.start);
         outcome.draft_passes = stats.draft_forward_passes;
-        outcome.verified_tokens = stats.target_tokens;
+        outcome.target_width = stats.target_tokens;
         outcome.draft_seconds = stats.draft_seconds;
         outcome.target_seconds = stats.target_seconds;
         outcome.acceptance_seconds = stats.acceptance_seconds;

@@ -87,7 +87,7 @@ public:
         this->feed_pass(step, draft.tokens);
         const AcceptanceResult verdict = verify(step, draft, rng);
         this->commit(step, draft.tokens, verdict, on_token, pass_rows_, host_rows_);
-        return this->finish_step(step, policy_, StepOutcome{.proposed = k, .accepted = verdict.accepted});
+        return this->finish_step(step, policy_, StepOutcome{{}, /*proposed=*/k, /*accepted=*/verdict.accepted});
     }
 
     // The draft-length policy (e.g. to read what AutoLength has learned).

@@ -117,12 +117,10 @@ public:
         const auto token_of = [&tree](std::int32_t node) { return tree.tokens[static_cast<std::size_t>(node)]; };
         this->emit(step, verdict.path | std::views::transform(token_of), verdict.next_token, on_token);
         count_tests(verdict.path, tree, stats);
+        // {timings (finish_step fills them), nodes, depth, accepted, tested, accepted_at}
         return this->finish_step(step, policy_,
-                                 TreeStepOutcome{.nodes = tree.size(),
-                                                 .depth = index_.max_depth(),
-                                                 .accepted = verdict.path.size(),
-                                                 .tested = stats.tested_at_depth_rank,
-                                                 .accepted_at = stats.accepted_at_depth_rank});
+                                 TreeStepOutcome{{}, tree.size(), index_.max_depth(), verdict.path.size(),
+                                                 stats.tested_at_depth_rank, stats.accepted_at_depth_rank});
     }
 
     // The shape policy (e.g. to read what AutoTree has learned).

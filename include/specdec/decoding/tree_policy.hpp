@@ -20,23 +20,19 @@
 #include "specdec/core/error.hpp"
 #include "specdec/decoding/acceptance_estimate.hpp"
 #include "specdec/decoding/pass_costs.hpp"
+#include "specdec/decoding/step_cost.hpp"
 #include "specdec/decoding/tree_shape.hpp"
 
 namespace specdec {
 
 // What happened in one tree step, for policies that learn.
-struct TreeStepOutcome {
-    std::size_t nodes = 0;            // drafted nodes
-    std::size_t depth = 0;            // depth of the drafted tree
-    std::size_t accepted = 0;         // length of the accepted path
-    std::size_t draft_passes = 0;     // draft forward passes
-    std::size_t verified_tokens = 0;  // width of the target's pass (pending tokens + nodes)
+// Its timings are StepTimings' (target_width: pending tokens + nodes).
+struct TreeStepOutcome : StepTimings {
+    std::size_t nodes = 0;     // drafted nodes
+    std::size_t depth = 0;     // depth of the drafted tree
+    std::size_t accepted = 0;  // length of the accepted path
     // [d][r]: whether the sibling of rank r at depth d + 1 was tested / accepted in this step.
     std::vector<std::vector<std::size_t>> tested{}, accepted_at{};
-    double draft_seconds = 0.0;
-    double target_seconds = 0.0;
-    double acceptance_seconds = 0.0;
-    double total_seconds = 0.0;
 };
 
 // plan(max_depth, first_position): the shape of this step (deeper nodes than
@@ -58,12 +54,20 @@ struct FixedTree {
 };
 
 // The costs the optimiser weighs, in any one unit (seconds, or relative to a
-// one-token target pass).
+// one-token target pass): the parts of step_seconds(), a tree of depth D
+// drafting in D rounds of one pass each.
 struct TreeCosts {
     std::function<double(std::size_t)> target_pass;  // a target pass over n tokens (n >= 1)
     double draft_pass = 0.0;                         // one draft pass (one per depth of the tree)
     double per_step = 0.0;                           // everything else of a step
     double draft_overhead = 0.0;                     // once a step that drafts (its first pass runs cold)
+    double per_row = 0.0;                            // acceptance work per verified row
+
+    [[nodiscard]] double pass_seconds(std::size_t n) const { return target_pass(n); }
+    [[nodiscard]] double round_seconds(std::size_t) const { return draft_pass; }
+    [[nodiscard]] double drafting_overhead_seconds() const { return draft_overhead; }
+    [[nodiscard]] double row_seconds() const { return per_row; }
+    [[nodiscard]] double other_seconds() const { return per_step; }
 };
 
 struct TreePlan {
@@ -84,12 +88,13 @@ struct TreePlan {
 // greedily by the candidate of largest marginal gain (every candidate costs the
 // same one more target column, so gain per cost orders them alike; a deeper
 // tree pays one more draft pass, which the bound D accounts for); every tree
-// along the way is scored by E / (v(n + 1) + D draft passes + per step), and
+// along the way is scored by E / step_seconds(D rounds, a pass of n + 1), and
 // the best is returned. The empty tree (no drafting) competes too.
 [[nodiscard]] inline TreePlan optimise_tree(const std::function<double(std::size_t, std::size_t)>& acceptance,
                                             const TreeCosts& costs, std::size_t max_nodes, std::size_t max_depth) {
     TreePlan best;
-    best.cost = costs.target_pass(1) + costs.per_step;
+    SingleSequenceRounds rounds;
+    best.cost = step_seconds(costs, rounds.of(0), 1);
     struct Node {
         std::int32_t parent;
         std::size_t depth, rank, children = 0;
@@ -130,8 +135,7 @@ struct TreePlan {
             nodes.push_back(node);
             expected += gain;
             depth = std::max(depth, node.depth);
-            const double cost = costs.target_pass(nodes.size() + 1) + static_cast<double>(depth) * costs.draft_pass +
-                                costs.draft_overhead + costs.per_step;
+            const double cost = step_seconds(costs, rounds.of(depth), nodes.size() + 1);
             if (expected / cost > best.rate()) {
                 // Breadth first: by depth, then by the new index of the parent, then by rank.
                 std::vector<std::int64_t> new_index(nodes.size(), -1);
@@ -167,7 +171,8 @@ struct TreePlan {
 //   d, e, V(n)  the draft pass, a step's drafting overhead and the target
 //            pass over n tokens (PassCosts: the same model as AutoLength's,
 //            so a tree wider than any timed is priced as compute-bound);
-//   o        the rest of a step.
+//   r, o     acceptance work per verified row and the rest of a step
+//            (a step priced by step_seconds(), as AutoLength's).
 // The first warmup_steps steps draft the warmup shape and short chains in
 // turn; then every step drafts
 // the optimiser's tree, and one step in explore_every drafts a slightly larger
@@ -232,9 +237,7 @@ public:
                                   has_accepted ? static_cast<double>(outcome.accepted_at[d][r]) : 0.0);
             }
         }
-        if (costs_.observe(outcome.draft_passes, outcome.draft_seconds, outcome.verified_tokens, outcome.target_seconds,
-                           options_.decay))
-            other_.add(std::max(0.0, outcome.total_seconds - outcome.draft_seconds - outcome.target_seconds));
+        costs_.observe(outcome, options_.decay);
     }
 
     // What the policy currently believes (for reports).
@@ -247,7 +250,7 @@ public:
     // Its predicted tokens per second relative to autoregressive decoding.
     [[nodiscard]] double predicted_speedup() const {
         const TreePlan plan = current_plan();
-        return plan.rate() * (costs_.verify_seconds(1) + other_.value());
+        return plan.rate() * step_seconds(costs_, {}, 1);
     }
 
 private:
@@ -264,8 +267,8 @@ private:
             if (slot < 0.0) slot = acceptance_.at(d, r, sibling_prior);
             return slot;
         };
-        TreeCosts costs{[this](std::size_t n) { return costs_.verify_seconds(n); }, costs_.draft_pass(),
-                        other_.value(), costs_.draft_overhead() * costs_.draft_pass()};
+        TreeCosts costs{[this](std::size_t n) { return costs_.pass_seconds(n); }, costs_.draft_pass(),
+                        costs_.other_seconds(), costs_.drafting_overhead_seconds(), costs_.row_seconds()};
         return optimise_tree(acceptance, costs, max_nodes, max_depth);
     }
 
@@ -273,7 +276,6 @@ private:
     std::size_t steps_ = 0;
     AcceptanceEstimate acceptance_;
     PassCosts costs_;
-    RecentTimings other_;
     TreePlan last_plan_;
 };
 
