@@ -1,7 +1,8 @@
 """specdec-server's text layer: /v1/chat/completions through a chat template,
 and stop strings on both endpoints.
 
-- Chat on a GGUF pair (the qwen2 fixtures with --chat-template chatml): the
+- Chat on GGUF pairs (qwen2 with --chat-template chatml, llama3 with llama3,
+  mistral with mistral-v3; the fixtures carry no template of their own): the
   answer's tokens and text equal the library's own (text::ChatTemplate,
   SpecialTokens::parse, greedy AutoregressiveDecoder until an
   end-of-generation token), whole and streamed as delta.content chunks.
@@ -98,6 +99,26 @@ finally:
     code = server.stop()
 f.check(code == 0, f"the server exited with {code}")
 
+# --- Chat in the other families (by name: the fixtures carry no template) --
+for family, template in (("llama3", "llama3"), ("mistral", "mistral-v3")):
+    model = f"{fixtures}/{family}-f32.gguf"
+    server = Server(server_binary, "-m", model, "-md", f"{fixtures}/{family}-q8_0.gguf", "-np", "1", "-t", "1",
+                    "--chat-template", template)
+    try:
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]
+        tokens, text = chat_reference(reference, model, template, 32, messages)
+        fields = {"messages": messages, "max_tokens": 32, "temperature": 0}
+        status, body, _, _ = server.post("/v1/chat/completions", fields)
+        f.check(status == 200 and body["choices"][0]["tokens"] == tokens and
+                body["choices"][0]["message"]["content"] == text,
+                f"{template} chat: {status} {body} != the library's {tokens} {text!r}")
+        status, chunks, done = events(server, "/v1/chat/completions", fields)
+        streamed = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+        f.check(status == 200 and done and streamed == text, f"{template} chat streamed: {streamed!r} != {text!r}")
+    finally:
+        code = server.stop()
+    f.check(code == 0, f"the server exited with {code}")
+
 # --- Chat and stop strings on the qwen2 pair ------------------------------
 model = f"{fixtures}/qwen2-f32.gguf"
 server = Server(server_binary, "-m", model, "-md", f"{fixtures}/qwen2-q8_0.gguf", "-np", "2", "-t", "1",
@@ -138,6 +159,7 @@ try:
     full = whole["choices"][0]["text"] if status == 200 else ""
     pieces = whole["choices"][0]["logprobs"]["tokens"] if status == 200 else []
     stop = pick_stop(pieces)
+    print(f"stop string {stop!r} across two of {pieces}", flush=True)
     if f.check(stop is not None and stop in full, f"no stop string straddling two tokens in {pieces}"):
         expected = full[:full.index(stop)]
         for form in ([stop], stop, ["\u0001never", stop]):
