@@ -391,7 +391,12 @@ private:
                 const std::vector<specdec::Token> fresh = channel->next(seen, std::chrono::milliseconds(200), done);
                 seen += fresh.size();
                 const bool was_stopped = answer.stopped;
-                text += answer.add(fresh).first;
+                try {
+                    text += answer.add(fresh).first;
+                } catch (const specdec::Error& e) {  // a token the tokenizer does not know
+                    channel->cancel();
+                    throw ApiError{500, std::string("the answer's text: ") + e.what(), {}, "server_error"};
+                }
                 if (answer.stopped && !was_stopped) channel->end_early();  // the rest would not be shown
             }
             respond(res, *done, answer, text, id, chat, prompt_size, parsed.options.logprobs.enabled);
@@ -420,7 +425,17 @@ private:
         s.seen += fresh.size();
         if (!fresh.empty()) {
             if (s.answer.stopped) return true;  // decoded past a stop string: never shown
-            auto [text, tokens] = s.answer.add(fresh);
+            std::pair<std::string, std::vector<specdec::Token>> piece;
+            try {
+                piece = s.answer.add(fresh);
+            } catch (const specdec::Error& e) {  // a token the tokenizer does not know: an error event, not a throw
+                s.finished = true;
+                s.channel->cancel();
+                write(sse(ApiError{500, std::string("the answer's text: ") + e.what(), {}, "server_error"}.body()));
+                sink.done();
+                return true;
+            }
+            auto& [text, tokens] = piece;
             if (s.answer.stopped) s.channel->end_early();
             if (text.empty() && tokens.empty()) return true;
             return event(text, tokens, nullptr);
