@@ -147,8 +147,9 @@ void send_error(httplib::Response& res, const ApiError& error) {
 using TextStream = specdec::text::TextStream<specdec::Tokenizer>;
 
 // The answer a request's committed tokens make: its text through the
-// incremental detokenizer and the stop strings (text::TextStream, O(1) per
-// token), and the tokens shown with it. Without a tokenizer: the tokens only.
+// incremental detokenizer and the stop strings (text::TextStream: each token
+// costs its own text and the longest stop string, never the answer so far),
+// and the tokens shown with it. Without a tokenizer: the tokens only.
 struct Answer {
     std::optional<TextStream> text;
     std::vector<specdec::Token> tokens;  // shown so far (with a stop token or end-of-generation token that ended it)
