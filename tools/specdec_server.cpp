@@ -4,7 +4,7 @@
 //   specdec-server -m target.gguf -md draft.gguf -np 4 -c 4096
 //
 // POST /v1/completions (text or token-id prompt, streamed or not),
-// POST /v1/chat/completions (refused: no chat template layer yet),
+// POST /v1/chat/completions (the target's chat template, or --chat-template),
 // GET /v1/models, GET /health, GET /metrics (Prometheus). One decoding thread
 // owns the decoder (server/engine.hpp); each request is exact on its own,
 // and a seeded one gets the same tokens whatever else the server decodes.
@@ -36,6 +36,8 @@
 #include <specdec/models/llama_model.hpp>
 #include <specdec/models/synthetic.hpp>
 #include <specdec/specdec.hpp>
+#include <specdec/text/chat_template.hpp>
+#include <specdec/text/text_stream.hpp>
 
 namespace {
 
@@ -45,6 +47,7 @@ using json = nlohmann::json;
 
 struct Options {
     std::string target, draft;
+    std::string chat_template;  // empty: the target's tokenizer.chat_template
     bool synthetic = false;
     std::string synthetic_size = "tiny";
     std::size_t slots = 4, context = 0, threads = 0, max_queue = 64, max_body = 1 << 20, draft_max = 8;
@@ -65,6 +68,17 @@ const std::vector<Flag>& server_flags() {
         {{"-md", "--model-draft"}, "FILE", "draft model sharing the target's vocabulary", [](Options& o, V, V v) { o.draft = v; }},
         {{"--synthetic"}, "", "serve the embedded synthetic pair (no files, no tokenizer: prompts are token ids)",
          [](Options& o, V, V) { o.synthetic = true; }},
+        {{"--chat-template"}, "NAME",
+         "chat template for /v1/chat/completions instead of the target's tokenizer.chat_template:\n"
+         "chatml, llama3, mistral-v1, mistral-v3, mistral-v3-tekken, mistral-v7, mistral-v7-tekken",
+         [](Options& o, V f, V v) {
+             try {
+                 (void)specdec::text::ChatTemplate::from_name(v);
+             } catch (const specdec::Error& e) {
+                 throw UsageError(std::string(f) + ": " + e.what());
+             }
+             o.chat_template = v;
+         }},
         {{"--synthetic-size"}, "SIZE", "tiny (default) or 100m", [](Options& o, V, V v) { o.synthetic_size = v; }},
         {{"--engine"}, "NAME", "specdec (default); llama.cpp is not available in the server yet",
          [](Options& o, V f, V v) { o.engine = specdec::cli::parse_engine(f, v); }},
@@ -102,6 +116,8 @@ Options parse(int argc, char** argv) {
     if (o.engine == specdec::cli::Engine::llama_cpp)
         throw UsageError("--engine llama.cpp: the server runs the specdec engine only so far; use specdec-generate "
                          "--engine llama.cpp for llama.cpp");
+    if (o.synthetic && !o.chat_template.empty())
+        throw UsageError("--chat-template: the synthetic pair has no tokenizer, so no chat (prompts are token ids)");
     if (o.synthetic && (!o.target.empty() || !o.draft.empty()))
         throw UsageError("--synthetic serves the embedded pair: leave out -m and -md");
     if (!o.synthetic && o.target.empty()) throw UsageError("give -m FILE.gguf and -md FILE.gguf, or --synthetic");
@@ -128,20 +144,71 @@ void send_error(httplib::Response& res, const ApiError& error) {
     res.set_content(error.body().dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
+using TextStream = specdec::text::TextStream<specdec::Tokenizer>;
+
+// The answer a request's committed tokens make: its text through the
+// incremental detokenizer and the stop strings (text::TextStream: each token
+// costs its own text and the longest stop string, never the answer so far),
+// and the tokens shown with it. Without a tokenizer: the tokens only.
+struct Answer {
+    std::optional<TextStream> text;
+    std::vector<specdec::Token> tokens;  // shown so far (with a stop token or end-of-generation token that ended it)
+    bool stopped = false;                // a stop string or a stop token ended the text
+
+    // Adds committed tokens; returns the text and tokens that can be shown now.
+    std::pair<std::string, std::vector<specdec::Token>> add(std::span<const specdec::Token> fresh) {
+        std::string shown;
+        std::vector<specdec::Token> ids;
+        for (const specdec::Token t : fresh) {
+            if (stopped) break;
+            if (!text) {
+                ids.push_back(t);
+                continue;
+            }
+            const bool more = text->push(t, [&](const specdec::text::TextPiece& piece) {
+                shown.append(piece.text);
+                ids.insert(ids.end(), piece.tokens.begin(), piece.tokens.end());
+            });
+            if (!more) {
+                stopped = true;
+                if (text->end() == specdec::text::TextEnd::end_of_generation) ids.push_back(t);
+            }
+        }
+        tokens.insert(tokens.end(), ids.begin(), ids.end());
+        return {std::move(shown), std::move(ids)};
+    }
+    // The generation ended on its own: what was held back.
+    std::pair<std::string, std::vector<specdec::Token>> finish() {
+        std::string shown;
+        std::vector<specdec::Token> ids;
+        if (text && !stopped) text->finish([&](const specdec::text::TextPiece& piece) {
+            shown.append(piece.text);
+            ids.insert(ids.end(), piece.tokens.begin(), piece.tokens.end());
+        });
+        tokens.insert(tokens.end(), ids.begin(), ids.end());
+        return {std::move(shown), std::move(ids)};
+    }
+    [[nodiscard]] const char* finish_reason(const specdec::GenerationResult& g) const {
+        return stopped || g.stop_reason == specdec::StopReason::stop_token ? "stop" : "length";
+    }
+};
+
 // What a request stream needs while it is sent, kept alive by the content provider.
 struct StreamState {
     std::shared_ptr<Channel> channel;
     std::string id, model;
     std::size_t seen = 0, prompt = 0;
-    bool include_usage = false, finished = false;
-    std::optional<specdec::Tokenizer::StreamDecoder> text;
+    bool include_usage = false, finished = false, chat = false, role_sent = false;
+    Answer answer;
 };
 
 class Server {
 public:
     Server(const Options& o, specdec::LlamaModel& target, specdec::LlamaModel& draft,
-           std::optional<specdec::Tokenizer> tokenizer, std::string model_name)
-        : options_(o), tokenizer_(std::move(tokenizer)), model_name_(std::move(model_name)),
+           std::optional<specdec::Tokenizer> tokenizer, std::string model_name,
+           std::optional<specdec::text::ChatTemplate> chat, std::string no_chat)
+        : options_(o), tokenizer_(std::move(tokenizer)), chat_(chat), no_chat_(std::move(no_chat)),
+          model_name_(std::move(model_name)),
           limits_{target.vocab_size(), target.context_length(), o.draft_max},
           engine_(target, draft, metrics_, o.slots) {}
 
@@ -181,7 +248,7 @@ public:
                                                   " bytes)", {}, "invalid_request_error", "body_too_large"});
             } else if (res.status == 404) {
                 send_error(res, ApiError{404, "no endpoint " + req.method + " " + req.path +
-                                                  " (try POST /v1/completions, GET /v1/models, GET /health, GET /metrics)",
+                                                  " (try POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics)",
                                          {}, "invalid_request_error", "not_found"});
             } else {
                 send_error(res, ApiError{res.status, "the request could not be served (HTTP " + std::to_string(res.status) + ")",
@@ -250,13 +317,19 @@ private:
                 throw bad_request(std::string("the body is not valid JSON: ") + e.what());
             }
             ParsedRequest parsed = parse_request(body, endpoint, limits_);
-            if (endpoint == Endpoint::chat)
-                throw bad_request("chat needs the model's chat template, and this server has no chat template layer yet: "
-                                  "format the conversation yourself and send it to /v1/completions",
-                                  "messages");
             if (parsed.stream && parsed.options.logprobs.enabled)
                 throw bad_request("'logprobs' with 'stream': true is not supported: ask without streaming", "logprobs");
+            if (!parsed.stop_strings.empty() && !tokenizer_)
+                throw bad_request("stop strings need a tokenizer, and this server has none (--synthetic): give stop "
+                                  "token ids (an array of integers)",
+                                  "stop");
             std::vector<specdec::Token> prompt = std::move(parsed.prompt_tokens);
+            if (endpoint == Endpoint::chat) {
+                if (!chat_ || !tokenizer_) throw bad_request("chat is not available on this server: " + no_chat_, "messages");
+                prompt = tokenizer_->encode(chat_->apply(parsed.messages), tokenizer_->add_bos_by_default(), false,
+                                            specdec::SpecialTokens::parse);
+                if (prompt.empty()) throw bad_request("'messages' encode to no tokens", "messages");
+            }
             if (parsed.prompt_text) {
                 if (!tokenizer_)
                     throw bad_request("this server has no tokenizer (--synthetic): send the prompt as an array of token ids",
@@ -268,7 +341,16 @@ private:
                 throw ApiError{400, "the prompt has " + std::to_string(prompt.size()) + " tokens; the context holds " +
                                         std::to_string(limits_.context) + " (the prompt must leave room for a token)",
                                "prompt", "invalid_request_error", "context_length_exceeded"};
-            if (tokenizer_ && tokenizer_->has_eos() && !parsed.ignore_eos) parsed.options.stop_tokens.push_back(tokenizer_->eos());
+            // The decoder stops at the end-of-generation tokens (EOS, <|eot_id|>, <|im_end|>, ...) and the text
+            // stream hides them; a stop token the client gave is hidden from the text alike.
+            specdec::text::TextOptions text_options{.stop_strings = parsed.stop_strings};
+            if (tokenizer_ && !parsed.ignore_eos) {
+                const std::vector<specdec::Token>& eog = tokenizer_->end_of_generation();
+                parsed.options.stop_tokens.insert(parsed.options.stop_tokens.end(), eog.begin(), eog.end());
+            }
+            text_options.end_of_generation = parsed.options.stop_tokens;
+            Answer answer;
+            if (tokenizer_) answer.text.emplace(*tokenizer_, text_options, prompt);
             Job job;
             job.prompt = std::move(prompt);
             job.options = parsed.options;
@@ -285,7 +367,8 @@ private:
             std::optional<ApiError> refused;
             while (!channel->wait_submitted(refused, std::chrono::milliseconds(1000))) {}
             if (refused) throw *refused;
-            const std::string id = "cmpl-" + std::to_string(++next_id_);
+            const bool chat = endpoint == Endpoint::chat;
+            const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id_);
             if (parsed.stream) {
                 auto state = std::make_shared<StreamState>();
                 state->channel = channel;
@@ -293,7 +376,8 @@ private:
                 state->model = model_name_;
                 state->prompt = prompt_size;
                 state->include_usage = parsed.include_usage;
-                if (tokenizer_) state->text.emplace(*tokenizer_);
+                state->chat = chat;
+                state->answer = std::move(answer);
                 res.set_header("Cache-Control", "no-cache");
                 res.set_chunked_content_provider(
                     "text/event-stream",
@@ -303,8 +387,20 @@ private:
             }
             std::optional<specdec::RequestResult> done;
             std::size_t seen = 0;
-            while (!done) seen += channel->next(seen, std::chrono::milliseconds(200), done).size();
-            respond(res, *done, id, prompt_size, parsed.options.logprobs.enabled);
+            std::string text;
+            while (!done) {
+                const std::vector<specdec::Token> fresh = channel->next(seen, std::chrono::milliseconds(200), done);
+                seen += fresh.size();
+                const bool was_stopped = answer.stopped;
+                try {
+                    text += answer.add(fresh).first;
+                } catch (const specdec::Error& e) {  // a token the tokenizer does not know
+                    channel->cancel();
+                    throw ApiError{500, std::string("the answer's text: ") + e.what(), {}, "server_error"};
+                }
+                if (answer.stopped && !was_stopped) channel->end_early();  // the rest would not be shown
+            }
+            respond(res, *done, answer, text, id, chat, prompt_size, parsed.options.logprobs.enabled);
         } catch (const ApiError& error) {
             send_error(res, error);
         }
@@ -312,37 +408,58 @@ private:
 
     // Sends what the request produced since the last call; false ends the stream.
     static bool send_events(StreamState& s, httplib::DataSink& sink) {
-        std::optional<specdec::RequestResult> done;
-        const std::vector<specdec::Token> fresh = s.channel->next(s.seen, std::chrono::milliseconds(100), done);
-        s.seen += fresh.size();
         auto write = [&](const std::string& event) {
             if (sink.write(event.data(), event.size())) return true;
             s.channel->cancel();  // the client went away: the decoder drops the request within a step
             return false;
         };
+        auto event = [&](const std::string& text, const std::vector<specdec::Token>& tokens, const char* finish) {
+            if (!s.chat) return write(completion_event(s.id, s.model, text, tokens, finish));
+            return write(chat_event(s.id, s.model, finish ? json::object() : json{{"content", text}}, tokens, finish));
+        };
+        if (s.chat && s.seen == 0 && !s.finished && !s.role_sent) {
+            s.role_sent = true;
+            if (!write(chat_event(s.id, s.model, json{{"role", "assistant"}, {"content", ""}}, {}, nullptr))) return false;
+        }
+        std::optional<specdec::RequestResult> done;
+        const std::vector<specdec::Token> fresh = s.channel->next(s.seen, std::chrono::milliseconds(100), done);
+        s.seen += fresh.size();
         if (!fresh.empty()) {
-            std::string text;
-            if (s.text)
-                for (const specdec::Token t : fresh) text += s.text->push(t);
-            return write(completion_event(s.id, s.model, text, fresh, nullptr));
+            if (s.answer.stopped) return true;  // decoded past a stop string: never shown
+            std::pair<std::string, std::vector<specdec::Token>> piece;
+            try {
+                piece = s.answer.add(fresh);
+            } catch (const specdec::Error& e) {  // a token the tokenizer does not know: an error event, not a throw
+                s.finished = true;
+                s.channel->cancel();
+                write(sse(ApiError{500, std::string("the answer's text: ") + e.what(), {}, "server_error"}.body()));
+                sink.done();
+                return true;
+            }
+            auto& [text, tokens] = piece;
+            if (s.answer.stopped) s.channel->end_early();
+            if (text.empty() && tokens.empty()) return true;
+            return event(text, tokens, nullptr);
         }
         if (!done) return true;
         s.finished = true;
-        if (done->status == specdec::RequestStatus::failed || done->status == specdec::RequestStatus::cancelled) {
-            const ApiError error{done->status == specdec::RequestStatus::failed ? 500 : 503,
-                                 done->status == specdec::RequestStatus::failed ? "decoding failed: " + done->error
-                                                                                 : "the request was cancelled",
+        const bool failed = done->status == specdec::RequestStatus::failed;
+        if (failed || (done->status == specdec::RequestStatus::cancelled && !s.answer.stopped)) {
+            const ApiError error{failed ? 500 : 503, failed ? "decoding failed: " + done->error : "the request was cancelled",
                                  {}, "server_error"};
             write(sse(error.body()));
             sink.done();
             return true;
         }
-        const std::string tail = s.text ? s.text->flush() : std::string();
-        if (!write(completion_event(s.id, s.model, tail, {}, finish_reason(done->generation)))) return false;
+        auto [tail, tail_tokens] = s.answer.finish();
+        if (!tail.empty() && !event(tail, tail_tokens, nullptr)) return false;
+        if (!event(std::string(), tail.empty() ? tail_tokens : std::vector<specdec::Token>{},
+                   s.answer.finish_reason(done->generation)))
+            return false;
         if (s.include_usage) {
-            const json chunk{{"id", s.id},          {"object", "text_completion"}, {"created", unix_now()},
-                             {"model", s.model},    {"choices", json::array()},
-                             {"usage", usage(s.prompt, done->generation.tokens.size())},
+            const json chunk{{"id", s.id},          {"object", s.chat ? "chat.completion.chunk" : "text_completion"},
+                             {"created", unix_now()}, {"model", s.model}, {"choices", json::array()},
+                             {"usage", usage(s.prompt, s.answer.tokens.size())},
                              {"specdec", speculation(done->generation)}};
             if (!write(sse(chunk))) return false;
         }
@@ -351,32 +468,37 @@ private:
         return true;
     }
 
-    void respond(httplib::Response& res, const specdec::RequestResult& done, const std::string& id, std::size_t prompt,
-                 bool logprobs) {
+    void respond(httplib::Response& res, const specdec::RequestResult& done, Answer& answer, std::string text,
+                 const std::string& id, bool chat, std::size_t prompt, bool logprobs) {
         if (done.status == specdec::RequestStatus::failed)
             throw ApiError{500, "decoding failed: " + done.error, {}, "server_error"};
-        if (done.status == specdec::RequestStatus::cancelled)
+        if (done.status == specdec::RequestStatus::cancelled && !answer.stopped)
             throw ApiError{503, "the request was cancelled (the server is stopping)", {}, "server_error"};
         const specdec::GenerationResult& g = done.generation;
-        std::vector<specdec::Token> shown = g.tokens;
-        if (g.stop_reason == specdec::StopReason::stop_token && !shown.empty()) shown.pop_back();
+        text += answer.finish().first;
         const PieceOf piece = [this](specdec::Token t) {
-            return tokenizer_ ? tokenizer_->decode(std::vector<specdec::Token>{t}) : std::to_string(t);
+            return tokenizer_ ? tokenizer_->token_text(t) : std::to_string(t);
         };
-        json choice{{"index", 0},
-                    {"text", tokenizer_ ? tokenizer_->decode(shown) : std::string()},
-                    {"tokens", g.tokens},
-                    {"finish_reason", finish_reason(g)}};
-        choice["logprobs"] = logprobs ? completion_logprobs(g, piece) : json(nullptr);
-        const json body{{"id", id},       {"object", "text_completion"},
+        const std::size_t shown = answer.tokens.size();
+        json choice{{"index", 0}, {"tokens", answer.tokens}, {"finish_reason", answer.finish_reason(g)}};
+        if (chat) {
+            choice["message"] = json{{"role", "assistant"}, {"content", text}};
+            choice["logprobs"] = logprobs ? chat_logprobs(g, shown, piece) : json(nullptr);
+        } else {
+            choice["text"] = text;
+            choice["logprobs"] = logprobs ? completion_logprobs(g, shown, piece) : json(nullptr);
+        }
+        const json body{{"id", id},       {"object", chat ? "chat.completion" : "text_completion"},
                         {"created", unix_now()}, {"model", model_name_},
-                        {"choices", json::array({choice})}, {"usage", usage(prompt, g.tokens.size())},
+                        {"choices", json::array({choice})}, {"usage", usage(prompt, shown)},
                         {"specdec", speculation(g)}};
         res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
     }
 
     Options options_;
     std::optional<specdec::Tokenizer> tokenizer_;
+    std::optional<specdec::text::ChatTemplate> chat_;
+    std::string no_chat_;  // why there is no chat template
     std::string model_name_;
     RequestLimits limits_;
     Metrics metrics_;
@@ -395,15 +517,25 @@ int run(const Options& o) {
         specdec::SyntheticOptions synthetic{.size = o.synthetic_size, .max_context = o.context, .thread_pool = pool,
                                             .sequences = o.slots};
         specdec::SyntheticPair pair = specdec::make_synthetic_pair(synthetic);
-        Server server(o, pair.target, pair.draft, std::nullopt, "synthetic-" + o.synthetic_size);
+        Server server(o, pair.target, pair.draft, std::nullopt, "synthetic-" + o.synthetic_size, std::nullopt,
+                      "the synthetic pair has no tokenizer (prompts are token ids): send them to /v1/completions");
         return server.serve();
     }
     const auto file = specdec::gguf::File::open(o.target);
     std::optional<specdec::Tokenizer> tokenizer = specdec::Tokenizer::from_gguf(file);
+    std::optional<specdec::text::ChatTemplate> chat;
+    std::string no_chat;
+    try {
+        chat = o.chat_template.empty() ? specdec::text::ChatTemplate::from_gguf(file)
+                                       : specdec::text::ChatTemplate::from_name(o.chat_template);
+    } catch (const specdec::Error& e) {
+        no_chat = std::string(e.what()) + " (specdec-server --chat-template NAME picks one)";
+    }
     const specdec::LlamaOptions model_options{.max_context = o.context, .thread_pool = pool, .sequences = o.slots};
     specdec::LlamaModel target = specdec::LlamaModel::from_gguf(o.target, model_options);
     specdec::LlamaModel draft = specdec::LlamaModel::from_gguf(o.draft, model_options);
-    Server server(o, target, draft, std::move(tokenizer), std::filesystem::path(o.target).stem().string());
+    Server server(o, target, draft, std::move(tokenizer), std::filesystem::path(o.target).stem().string(), chat,
+                  std::move(no_chat));
     return server.serve();
 }
 

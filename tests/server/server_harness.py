@@ -137,3 +137,13 @@ def reference_tokens(reference, size, max_tokens, prompt):
     output = subprocess.run([reference, size, str(max_tokens), *map(str, prompt)], check=True, capture_output=True,
                             text=True, timeout=120).stdout
     return [int(t) for t in output.split()]
+
+
+def chat_reference(reference, model, template, max_tokens, messages):
+    """The library's greedy chat answer on a GGUF target (text::ChatTemplate by name,
+    special tokens parsed, until an end-of-generation token): (token ids, text)."""
+    arguments = [reference, "chat", model, template, str(max_tokens)]
+    for m in messages:
+        arguments += [m["role"], m["content"]]
+    lines = subprocess.run(arguments, check=True, capture_output=True, text=True, timeout=300).stdout.split("\n")
+    return [int(t) for t in lines[0].split()], bytes.fromhex(lines[1]).decode("utf-8", errors="replace")

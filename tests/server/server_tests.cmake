@@ -12,6 +12,9 @@ if(Python3_Interpreter_FOUND)
   add_test(NAME "server: disconnect mid-stream, --max-queue 503, --api-key 401, text prompts on a GGUF pair"
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_server_limits.py ${_server}
                    ${PROJECT_SOURCE_DIR}/tests/fixtures)
+  add_test(NAME "server: chat completions equal the library's chat template + greedy, stop strings, bad messages"
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_server_text.py ${_server} ${_reference}
+                   ${PROJECT_SOURCE_DIR}/tests/fixtures)
   # The openai package, where it is installed (build/openai-venv, or the
   # interpreter's own); without it the test is reported as skipped.
   set(SPECDEC_OPENAI_PYTHON "${PROJECT_BINARY_DIR}/openai-venv/bin/python3" CACHE FILEPATH
@@ -20,18 +23,22 @@ if(Python3_Interpreter_FOUND)
   if(EXISTS ${SPECDEC_OPENAI_PYTHON})
     set(_python ${SPECDEC_OPENAI_PYTHON})
   endif()
-  add_test(NAME "server: the openai Python client (completions, streaming, seed, logprobs, chat refusal)"
-           COMMAND ${_python} ${CMAKE_CURRENT_LIST_DIR}/test_openai_client.py ${_server} ${_reference})
+  add_test(NAME "server: the openai Python client (completions, streaming, seed, logprobs, chat, stop strings)"
+           COMMAND ${_python} ${CMAKE_CURRENT_LIST_DIR}/test_openai_client.py ${_server} ${_reference}
+                   ${PROJECT_SOURCE_DIR}/tests/fixtures)
   set_tests_properties("server: raw HTTP, bad input, greedy equals the library, 1-16 clients, seeded T = 1 among 15 others"
                        "server: disconnect mid-stream, --max-queue 503, --api-key 401, text prompts on a GGUF pair"
-                       "server: the openai Python client (completions, streaming, seed, logprobs, chat refusal)"
+                       "server: chat completions equal the library's chat template + greedy, stop strings, bad messages"
+                       "server: the openai Python client (completions, streaming, seed, logprobs, chat, stop strings)"
                        PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
 else()
   message(STATUS "specdec-server: its tests need Python 3 (not found)")
 endif()
 foreach(case "--engine llama.cpp is refused|--engine llama.cpp --synthetic" "unknown flag|--synthetic --no-such-flag"
              "no model|-np 2" "a port beyond 65535|--synthetic --port 4294967376"
-             "a target without a draft|-m x.gguf" "non-numeric slots|--synthetic -np many")
+             "a target without a draft|-m x.gguf" "non-numeric slots|--synthetic -np many"
+             "an unknown chat template|-m x.gguf -md y.gguf --chat-template llama2"
+             "a chat template on the synthetic pair|--synthetic --chat-template chatml")
   string(FIND "${case}" "|" bar)
   string(SUBSTRING "${case}" 0 ${bar} name)
   math(EXPR bar "${bar} + 1")

@@ -1,9 +1,10 @@
 """specdec-server through the official openai Python package: completions,
-streaming, seeds, logprobs, and chat's refusal arriving as the package's
-BadRequestError. Skips (exit code 77) where the package is not installed:
+streaming, seeds, logprobs, chat's refusal on the synthetic pair arriving as
+the package's BadRequestError; with FIXTURES, chat (whole and streamed) on
+the qwen2 pair equal to the library's answer, and a stop string. Skips (exit code 77) where the package is not installed:
     python3 -m venv build/openai-venv && build/openai-venv/bin/pip install openai==1.55.3
 
-    test_openai_client.py SERVER REFERENCE
+    test_openai_client.py SERVER REFERENCE [FIXTURES]
 """
 import sys
 
@@ -13,9 +14,10 @@ except ImportError:
     print("SKIP: the openai package is not installed (pip install openai==1.55.3 in build/openai-venv)")
     sys.exit(77)
 
-from server_harness import Failures, Server, reference_tokens
+from server_harness import Failures, Server, chat_reference, reference_tokens
 
 server_binary, reference = sys.argv[1], sys.argv[2]
+fixtures = sys.argv[3] if len(sys.argv) > 3 else None
 f = Failures()
 print("openai", openai.__version__, flush=True)
 server = Server(server_binary, "--synthetic", "-np", "4", "-t", "1", "--api-key", "k")
@@ -76,4 +78,33 @@ try:
 finally:
     code = server.stop()
 f.check(code == 0, f"the server exited with {code}")
+
+if fixtures:
+    model = f"{fixtures}/qwen2-f32.gguf"
+    server = Server(server_binary, "-m", model, "-md", f"{fixtures}/qwen2-q8_0.gguf", "-np", "2", "-t", "1",
+                    "--chat-template", "chatml")
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=120)
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}]
+        tokens, text = chat_reference(reference, model, "chatml", 32, messages)
+        answer = client.chat.completions.create(model="qwen2", messages=messages, max_tokens=32, temperature=0)
+        f.check(answer.choices[0].message.role == "assistant" and answer.choices[0].message.content == text,
+                f"chat: {answer.choices[0].message!r} != the library's {text!r}")
+        f.check(answer.choices[0].model_extra.get("tokens") == tokens, f"chat tokens: {answer.choices[0]}")
+        streamed = "".join(c.choices[0].delta.content or "" for c in
+                           client.chat.completions.create(model="qwen2", messages=messages, max_tokens=32,
+                                                          temperature=0, stream=True) if c.choices)
+        f.check(streamed == text, f"chat streamed: {streamed!r} != {text!r}")
+        whole = client.completions.create(model="qwen2", prompt="Once upon a time", max_tokens=32, temperature=0,
+                                          extra_body={"ignore_eos": True}).choices[0].text
+        stop = next((whole[i:i + 2] for i in range(4, len(whole) - 1) if whole[i:i + 2].isascii()
+                     and whole[i:i + 2].isprintable()), None)
+        if f.check(stop is not None, f"no printable two-character stop string in {whole!r}"):
+            cut = client.completions.create(model="qwen2", prompt="Once upon a time", max_tokens=32, temperature=0,
+                                            stop=[stop], extra_body={"ignore_eos": True}).choices[0]
+            f.check(cut.text == whole[:whole.index(stop)] and cut.finish_reason == "stop",
+                    f"stop {stop!r}: {cut.text!r}, {cut.finish_reason}")
+    finally:
+        code = server.stop()
+    f.check(code == 0, f"the server exited with {code}")
 f.exit()

@@ -51,7 +51,14 @@ public:
 
     // HTTP thread: ends the request (the client went away, or the server stops).
     void cancel() { cancelled_.store(true); }
+    // HTTP thread: ends the request because its answer is complete (a stop
+    // string): the decoder drops it as for cancel(), counted as finished.
+    void end_early() {
+        ended_early_.store(true);
+        cancelled_.store(true);
+    }
     [[nodiscard]] bool cancelled() const { return cancelled_.load(); }
+    [[nodiscard]] bool ended_early() const { return ended_early_.load(); }
 
     // HTTP thread: waits until the request was submitted or refused (timeout: false).
     bool wait_submitted(std::optional<ApiError>& refused, std::chrono::milliseconds timeout) {
@@ -86,6 +93,7 @@ private:
     std::optional<ApiError> refused_;
     std::optional<RequestResult> result_;
     std::atomic<bool> cancelled_{false};
+    std::atomic<bool> ended_early_{false};
 };
 
 struct Job {
@@ -246,9 +254,11 @@ private:
         if (it == live_.end()) return;
         const GenerationStats& stats = result.generation.stats;
         // A stream callback that returned false is a cancellation seen inside a step.
-        const bool cancelled = result.status == RequestStatus::cancelled ||
-                               (result.status == RequestStatus::finished && result.generation.stop_reason == StopReason::callback);
-        metrics_->finished(cancelled ? "cancelled" : std::string(to_string(result.status)), it->second.prompt, result.generation.tokens.size(), stats.draft_tokens_proposed,
+        const bool cancelled = !it->second.channel->ended_early() &&
+                               (result.status == RequestStatus::cancelled ||
+                                (result.status == RequestStatus::finished && result.generation.stop_reason == StopReason::callback));
+        const bool failed = result.status == RequestStatus::failed;
+        metrics_->finished(cancelled ? "cancelled" : failed ? "failed" : "finished", it->second.prompt, result.generation.tokens.size(), stats.draft_tokens_proposed,
                            stats.draft_tokens_accepted);
         it->second.channel->finish(std::move(result));
         live_.erase(it);

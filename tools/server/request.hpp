@@ -2,7 +2,7 @@
 // An OpenAI completion or chat request, checked field by field and mapped
 // onto the library's DecodingOptions. Every field the server does not
 // implement is refused with a 400 naming it: a client that asks for
-// something (n > 1, response_format, a stop string without a text layer)
+// something (n > 1, response_format, a message field it does not know)
 // must not get an answer that silently ignores it.
 #include <nlohmann/json.hpp>
 
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <specdec/decoding/decoding_options.hpp>
+#include <specdec/text/chat_template.hpp>
 
 #include "api_error.hpp"
 
@@ -25,6 +26,8 @@ struct ParsedRequest {
     Endpoint endpoint = Endpoint::completions;
     std::optional<std::string> prompt_text;  // a text prompt (needs the tokenizer)
     std::vector<Token> prompt_tokens;        // a prompt of token ids
+    std::vector<text::ChatMessage> messages; // chat: the conversation (roles checked)
+    std::vector<std::string> stop_strings;   // 'stop' strings (need the tokenizer)
     DecodingOptions options;                 // draft_tokens, seed, sampling, stop tokens, logprobs
     std::optional<std::size_t> draft_max;    // speculative.n_max: 0 = no speculation
     bool stream = false;
@@ -104,17 +107,55 @@ inline void parse_prompt(const nlohmann::json& v, const RequestLimits& limits, P
     }
 }
 
+// 'stop': a string, or an array of strings and/or token ids.
 inline void parse_stop(const nlohmann::json& v, const RequestLimits& limits, ParsedRequest& out) {
     if (v.is_null()) return;
-    if (v.is_string())
-        throw bad_request("'stop' strings are not supported by this server: give stop token ids (an array of integers)",
-                          "stop");
-    if (!v.is_array()) throw bad_request("'stop' must be an array of token ids, got " + type_name(v), "stop");
+    const auto add_string = [&](const nlohmann::json& s, const std::string& name) {
+        if (s.get_ref<const std::string&>().empty()) throw bad_request("'" + name + "' is an empty stop string", "stop");
+        out.stop_strings.push_back(s.get<std::string>());
+    };
+    if (v.is_string()) return add_string(v, "stop");
+    if (!v.is_array()) throw bad_request("'stop' must be a string or an array of strings or token ids, got " + type_name(v), "stop");
     for (std::size_t i = 0; i < v.size(); ++i) {
-        if (v[i].is_string())
-            throw bad_request("'stop' strings are not supported by this server: give stop token ids (an array of integers)",
-                              "stop");
-        out.options.stop_tokens.push_back(token_id(v[i], "stop[" + std::to_string(i) + "]", limits.vocab));
+        const std::string name = "stop[" + std::to_string(i) + "]";
+        if (v[i].is_string()) {
+            add_string(v[i], name);
+        } else {
+            out.options.stop_tokens.push_back(token_id(v[i], name, limits.vocab));
+        }
+    }
+}
+
+// Chat messages: objects of a role (system, user, assistant) and a string content.
+inline void parse_messages(const nlohmann::json& v, ParsedRequest& out) {
+    if (!v.is_array() || v.empty()) throw bad_request("'messages' must be a non-empty array of messages", "messages");
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::string name = "messages[" + std::to_string(i) + "]";
+        const nlohmann::json& m = v[i];
+        if (!m.is_object()) throw bad_request("'" + name + "' must be an object with 'role' and 'content', got " + type_name(m), name);
+        text::ChatMessage message;
+        bool has_role = false, has_content = false;
+        for (const auto& [key, field] : m.items()) {
+            const std::string fname = name + "." + key;
+            if (key == "role") {
+                if (!field.is_string()) throw bad_request("'" + fname + "' must be a string, got " + type_name(field), fname);
+                message.role = field.get<std::string>();
+                if (message.role != "system" && message.role != "user" && message.role != "assistant")
+                    throw bad_request("'" + fname + "' = '" + message.role + "' is not a role this server formats "
+                                      "(system, user, assistant)", fname);
+                has_role = true;
+            } else if (key == "content") {
+                if (!field.is_string())
+                    throw bad_request("'" + fname + "' must be a string (text content), got " + type_name(field), fname);
+                message.content = field.get<std::string>();
+                has_content = true;
+            } else {
+                throw bad_request("'" + fname + "' is not supported by this server (a message is a role and a content)", fname);
+            }
+        }
+        if (!has_role) throw bad_request("'" + name + ".role' is required", name + ".role");
+        if (!has_content) throw bad_request("'" + name + ".content' is required", name + ".content");
+        out.messages.push_back(std::move(message));
     }
 }
 
@@ -162,7 +203,7 @@ inline void parse_logit_bias(const nlohmann::json& v, const RequestLimits& limit
             parse_prompt(v, limits, out);
             has_prompt = true;
         } else if (chat && k == "messages") {
-            if (!v.is_array() || v.empty()) throw bad_request("'messages' must be a non-empty array of messages", k);
+            parse_messages(v, out);
             has_prompt = true;
         } else if (k == "max_tokens" || (chat && k == "max_completion_tokens")) {
             if (!v.is_null()) out.options.max_new_tokens = static_cast<std::size_t>(integer(v, k, 1, static_cast<std::int64_t>(limits.context)));

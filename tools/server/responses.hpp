@@ -1,6 +1,6 @@
 #pragma once
 // The JSON a completion answers with, whole or as server-sent events: OpenAI's
-// text_completion shape, plus each choice's token ids ("tokens") and the
+// text_completion and chat.completion shapes, plus each choice's token ids ("tokens") and the
 // request's speculation counts and seed ("specdec"), which OpenAI's clients
 // keep as extra fields.
 #include <nlohmann/json.hpp>
@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -23,15 +24,12 @@ using PieceOf = std::function<std::string(Token)>;
     return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-[[nodiscard]] inline const char* finish_reason(const GenerationResult& g) {
-    return g.stop_reason == StopReason::stop_token ? "stop" : "length";
-}
-
-[[nodiscard]] inline nlohmann::json completion_logprobs(const GenerationResult& g, const PieceOf& piece) {
+// The logprobs of the first `count` tokens (those the answer shows).
+[[nodiscard]] inline nlohmann::json completion_logprobs(const GenerationResult& g, std::size_t count, const PieceOf& piece) {
     nlohmann::json tokens = nlohmann::json::array(), values = nlohmann::json::array(), top = nlohmann::json::array(),
                    offsets = nlohmann::json::array();
     std::size_t offset = 0;
-    for (const TokenLogprob& t : g.logprobs) {
+    for (const TokenLogprob& t : std::span(g.logprobs).first(std::min(count, g.logprobs.size()))) {
         const std::string text = piece(t.token);
         tokens.push_back(text);
         values.push_back(t.logprob);
@@ -42,6 +40,24 @@ using PieceOf = std::function<std::string(Token)>;
         offset += text.size();
     }
     return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", top}, {"text_offset", offsets}};
+}
+
+// Chat's shape: {"content": [{token, logprob, bytes, top_logprobs: [...]}]}.
+[[nodiscard]] inline nlohmann::json chat_logprobs(const GenerationResult& g, std::size_t count, const PieceOf& piece) {
+    const auto entry = [&](Token token, double logprob) {
+        const std::string text = piece(token);
+        nlohmann::json bytes = nlohmann::json::array();
+        for (const char c : text) bytes.push_back(static_cast<unsigned char>(c));
+        return nlohmann::json{{"token", text}, {"logprob", logprob}, {"bytes", bytes}};
+    };
+    nlohmann::json content = nlohmann::json::array();
+    for (const TokenLogprob& t : std::span(g.logprobs).first(std::min(count, g.logprobs.size()))) {
+        nlohmann::json e = entry(t.token, t.logprob);
+        e["top_logprobs"] = nlohmann::json::array();
+        for (const TopLogprob& a : t.top) e["top_logprobs"].push_back(entry(a.token, a.logprob));
+        content.push_back(std::move(e));
+    }
+    return {{"content", content}};
 }
 
 [[nodiscard]] inline nlohmann::json usage(std::size_t prompt, std::size_t completion) {
@@ -61,6 +77,16 @@ using PieceOf = std::function<std::string(Token)>;
     nlohmann::json choice{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"tokens", tokens}};
     choice["finish_reason"] = finish ? nlohmann::json(finish) : nlohmann::json(nullptr);
     const nlohmann::json chunk{{"id", id},           {"object", "text_completion"}, {"created", unix_now()},
+                               {"model", model},     {"choices", nlohmann::json::array({choice})}};
+    return "data: " + chunk.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n";
+}
+
+// A chunk of a streamed chat answer: `delta` is {"role"} first, then {"content"}, {} with the finish.
+[[nodiscard]] inline std::string chat_event(const std::string& id, const std::string& model, nlohmann::json delta,
+                                            const std::vector<Token>& tokens, const char* finish) {
+    nlohmann::json choice{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"tokens", tokens}};
+    choice["finish_reason"] = finish ? nlohmann::json(finish) : nlohmann::json(nullptr);
+    const nlohmann::json chunk{{"id", id},           {"object", "chat.completion.chunk"}, {"created", unix_now()},
                                {"model", model},     {"choices", nlohmann::json::array({choice})}};
     return "data: " + chunk.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n";
 }
