@@ -101,7 +101,7 @@ TEST_CASE("a stop token ends generation right after it is emitted", "[decoder]")
     ToyLM target(target_options()), draft(draft_options());
     specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft),
                                         {.draft_tokens = 4, .sampling = {.temperature = 0.0}, .max_new_tokens = 60, .stop_tokens = {stop}},
-                                            specdec::TokenwiseRejection{}, specdec::FixedLength{});
+                                        specdec::TokenwiseRejection{}, specdec::FixedLength{});
     const auto result = decoder.generate(kPrompt);
     CHECK(result.stop_reason == StopReason::stop_token);
     CHECK(result.tokens == std::vector<Token>(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(first_stop) + 1));

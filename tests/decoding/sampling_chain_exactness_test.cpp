@@ -219,7 +219,7 @@ TEST_CASE("prompt lookup drafts the constraint forbids are rejected, and the out
                               [&](std::uint64_t seed) {
                                   specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(drafter),
                                                                       {.draft_tokens = 3, .sampling = sampling, .seed = seed, .max_new_tokens = 5},
-                                                                          specdec::TokenwiseRejection{}, specdec::FixedLength{});
+                                                                      specdec::TokenwiseRejection{}, specdec::FixedLength{});
                                   return sampled_run(decoder.generate(prompt));
                               }),
                 3);
@@ -359,7 +359,7 @@ TEST_CASE("bad sampling settings end with an error naming the setting", "[decode
     } dead_end;
     specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft),
                                         {.sampling = {.constraint = &dead_end}, .seed = 1, .max_new_tokens = 4},
-                                            specdec::TokenwiseRejection{}, specdec::FixedLength{});
+                                        specdec::TokenwiseRejection{}, specdec::FixedLength{});
     CHECK_THROWS_WITH(decoder.generate(kPrompt), Contains("dead-end constraint allows no token at position 3"));
     specdec::AutoregressiveDecoder plain(target, {.sampling = {.temperature = 0.0, .constraint = &dead_end}, .max_new_tokens = 4});
     CHECK_THROWS_WITH(plain.generate(kPrompt), Contains("invalid sampling option constraint: dead-end constraint"));
