@@ -13,8 +13,10 @@ int main() {
     synthetic.size = "tiny";
     specdec::LlamaModel target = specdec::make_synthetic_target(synthetic);
     specdec::LlamaModel draft = specdec::make_synthetic_draft(synthetic);
+    // FixedLength: the replies below are a pure function of the seed (the
+    // default AutoLength picks lengths from measured timings).
     specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft),
-                                        {.draft_tokens = 4, .sampling = {.temperature = 0.7}, .seed = 3});
+                                        {.draft_tokens = 4, .sampling = {.temperature = 0.7}, .seed = 3}, specdec::FixedLength{});
 
     std::vector<specdec::Token> conversation{1, 17, 42, 7, 99, 5};  // the system prompt and the first user turn
     const std::vector<std::vector<specdec::Token>> user_turns{{301, 302, 303}, {404, 405}};
@@ -40,11 +42,11 @@ int main() {
 // Expected output (a pure function of the seed):
 //
 // turn 0: prompt of 6 tokens, 5 computed in prefill
-//   reply: 429 508 254 210 124 444 465 20 438 433 146 137
-//   12 tokens in 3 steps
+//   reply: 429 225 347 53 283 334 252 151 215 479 297 122
+//   12 tokens in 4 steps
 // turn 1: prompt of 21 tokens, 3 computed in prefill
-//   reply: 331 90 31 395 223 411 33 90 466 273 234 65
+//   reply: 60 23 372 358 505 103 387 215 261 31 176 132
 //   12 tokens in 6 steps
 // turn 2: prompt of 35 tokens, 2 computed in prefill
-//   reply: 458 463 152 255 419 118 44 430 323 65 238 459
-//   12 tokens in 3 steps
+//   reply: 100 166 464 284 215 137 319 455 286 51 103 368
+//   12 tokens in 4 steps

@@ -75,7 +75,7 @@ struct Options {
     specdec::SamplerChain chain = specdec::kLlamaCppChain;
     std::optional<std::uint64_t> seed;
     std::size_t draft_tokens = 4;
-    bool auto_length = false;      // -k auto: the decoder chooses each step's length (at most draft_tokens)
+    bool auto_length = true;       // -k auto (the default): the decoder chooses each step's length (at most draft_tokens)
     bool draft_max_given = false;
     std::optional<std::string> tree;  // --tree: a token tree per step, a shape ("3x2x1") or "auto" (AutoTree)
     std::size_t threads = 0;
@@ -85,7 +85,8 @@ struct Options {
     int gpu_layers = 0;                    // --engine llama.cpp: -ngl (LlamaCppOptions::gpu_layers)
     std::vector<std::string> rpc_servers;  // --engine llama.cpp: --rpc (LlamaCppOptions::rpc_servers)
     std::optional<FlashAttention> flash_attention;  // --engine llama.cpp: -fa
-    bool block_rule = false;               // --rule block: BlockVerification instead of token-wise rejection
+    bool block_rule = true;                // --rule block (the default): BlockVerification, else token-wise rejection
+    bool rule_given = false;
     std::size_t lookup_min = 1;
     std::size_t lookup_max = 3;
     bool ignore_eos = false;
@@ -199,8 +200,9 @@ const std::vector<GenerateFlag>& generate_flags() {
         {{"-s", "--seed"}, "N", "sampling seed (default: random, printed at the end)",
          [](Options& o, V f, V v) { o.seed = parse_number<std::uint64_t>(f, v); }},
         {{"-k", "--draft"}, "N|auto",
-         "tokens drafted per target pass (default 4); auto: the decoder chooses each\n"
-         "step's length from the acceptance and costs it measures (specdec::AutoLength)",
+         "tokens drafted per target pass; auto (the default): the decoder chooses each\n"
+         "step's length from the acceptance and costs it measures (specdec::AutoLength);\n"
+         "a number N fixes it, which makes a --seed reproduce its output exactly",
          [](Options& o, V f, V length) {
              o.auto_length = length == "auto";
              if (!o.auto_length) o.draft_tokens = parse_number<std::size_t>(f, length);
@@ -270,11 +272,12 @@ const std::vector<GenerateFlag>& generate_flags() {
              else throw UsageError(std::string(f) + " " + std::string(v) + ": expected on, off or auto");
          }},
         {{"--rule"}, "token|block",
-         "how a chain of drafts is verified: token-wise rejection (default) or block\n"
-         "verification (at least as many drafts kept in expectation; both exact)",
+         "how a chain of drafts is verified: block verification (default; at least as\n"
+         "many drafts kept in expectation) or token-wise rejection; both exact",
          [](Options& o, V f, V v) {
              if (v != "token" && v != "block") throw UsageError(std::string(f) + " " + std::string(v) + ": expected token or block");
              o.block_rule = v == "block";
+             o.rule_given = true;
          }},
         {{"--ignore-eos"}, "", "do not stop at the end-of-sequence token", [](Options& o, V, V) { o.ignore_eos = true; }},
         {{"--autoregressive"}, "", "decode with the target alone (the baseline)",
@@ -305,7 +308,7 @@ Options parse(int argc, char** argv) {
         throw UsageError("--recurrent-snapshots is a setting of llama.cpp's memory: expected --engine llama.cpp");
     if ((o.gpu_layers != 0 || !o.rpc_servers.empty() || o.flash_attention) && o.engine != cli::Engine::llama_cpp)
         throw UsageError("-ngl, --rpc and -fa are settings of llama.cpp: expected --engine llama.cpp");
-    if (o.block_rule && o.tree) throw UsageError("--rule applies to a chain of drafts; a --tree is verified by recursive rejection");
+    if (o.block_rule && o.rule_given && o.tree) throw UsageError("--rule applies to a chain of drafts; a --tree is verified by recursive rejection");
     if (o.autoregressive && o.check_autoregressive) throw UsageError("--autoregressive and --check-autoregressive exclude each other");
     if (o.tree && o.autoregressive) throw UsageError("--tree and --autoregressive exclude each other");
     if (o.chat && o.engine != cli::Engine::specdec)
@@ -365,24 +368,17 @@ void print_stats(const char* label, const specdec::GenerationStats& s, bool spec
 // per step (options.draft_tokens is then the maximum).
 template <class Target, class Draft, class OnToken>
 specdec::GenerationResult speculate(Target& target, Draft& draft, const specdec::DecodingOptions& options, bool auto_length,
-                                    const std::vector<specdec::Token>& prompt, OnToken& on_token, bool block_rule = false) {
+                                    const std::vector<specdec::Token>& prompt, OnToken& on_token, bool block_rule = true) {
+    const auto run = [&](auto rule, auto policy) {
+        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options, rule, policy);
+        return decoder.generate(prompt, on_token);
+    };
     if (block_rule) {
-        if (auto_length) {
-            specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options,
-                                                specdec::BlockVerification{}, specdec::AutoLength{});
-            return decoder.generate(prompt, on_token);
-        }
-        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options,
-                                            specdec::BlockVerification{});
-        return decoder.generate(prompt, on_token);
+        return auto_length ? run(specdec::BlockVerification{}, specdec::AutoLength{})
+                           : run(specdec::BlockVerification{}, specdec::FixedLength{});
     }
-    if (auto_length) {
-        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options,
-                                            specdec::TokenwiseRejection{}, specdec::AutoLength{});
-        return decoder.generate(prompt, on_token);
-    }
-    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options);
-    return decoder.generate(prompt, on_token);
+    return auto_length ? run(specdec::TokenwiseRejection{}, specdec::AutoLength{})
+                       : run(specdec::TokenwiseRejection{}, specdec::FixedLength{});
 }
 
 // Tree speculative decoding with a fixed shape or AutoTree.

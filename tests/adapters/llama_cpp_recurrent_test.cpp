@@ -228,8 +228,9 @@ TEST_CASE("llama.cpp adapter: greedy decoders on a recurrent and a hybrid model 
                        draft.snapshot_rollbacks();
             };
             const std::size_t rollbacks_before = rollbacks();
-            specdec::SpeculativeDecoder<LlamaCppModel, LlamaCppModel> decoder(specdec::target(target), specdec::draft(draft),
-                                                                              greedy_options(target, n, k));
+            // A fixed k: each length's rollbacks are what the loop covers.
+            specdec::SpeculativeDecoder<LlamaCppModel, LlamaCppModel, specdec::TokenwiseRejection, specdec::FixedLength> decoder(
+                specdec::target(target), specdec::draft(draft), greedy_options(target, n, k));
             const specdec::GenerationResult result = decoder.generate(prompt);
             CHECK(result.tokens == expected);
             CHECK(result.stats.draft_tokens_accepted > 0);

@@ -67,7 +67,8 @@ TEST_CASE("sampled speculative decoding on the GPU runs to the requested length 
         CudaLlamaModel target = CudaLlamaModel::synthetic(kTiny, 3, 0, {.precision = Precision::f16});
         CudaLlamaModel draft = CudaLlamaModel::synthetic(kTiny, 3, kTiny.early_exit_layers, {.precision = Precision::f16});
         specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft),
-                                            {.draft_tokens = 4, .sampling = sampling, .seed = 5, .max_new_tokens = 100});
+                                            {.draft_tokens = 4, .sampling = sampling, .seed = 5, .max_new_tokens = 100},
+                                            specdec::TokenwiseRejection{}, specdec::FixedLength{});
         const auto result = decoder.generate(prompt);
         CHECK(result.tokens.size() == 100);
         for (const Token t : result.tokens) CHECK((t >= 0 && static_cast<std::size_t>(t) < target.vocab_size()));
@@ -76,7 +77,8 @@ TEST_CASE("sampled speculative decoding on the GPU runs to the requested length 
         CudaLlamaModel target_again = CudaLlamaModel::synthetic(kTiny, 3, 0, {.precision = Precision::f16});
         CudaLlamaModel draft_again = CudaLlamaModel::synthetic(kTiny, 3, kTiny.early_exit_layers, {.precision = Precision::f16});
         specdec::SpeculativeDecoder again(specdec::target(target_again), specdec::draft(draft_again),
-                                          {.draft_tokens = 4, .sampling = sampling, .seed = 5, .max_new_tokens = 100});
+                                          {.draft_tokens = 4, .sampling = sampling, .seed = 5, .max_new_tokens = 100},
+                                          specdec::TokenwiseRejection{}, specdec::FixedLength{});
         CHECK(again.generate(prompt).tokens == result.tokens);
     }
 }

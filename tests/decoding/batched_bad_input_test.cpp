@@ -111,7 +111,8 @@ const std::vector<specdec::GenerationResult>& clean_mates() {
         std::vector<specdec::GenerationResult> out;
         for (std::size_t i = 0; i < kMates.size(); ++i) {
             ToyLM target(target_options()), draft(draft_options());
-            specdec::SpeculativeDecoder alone(specdec::target(target), specdec::draft(draft), kMates[i].options);
+            specdec::SpeculativeDecoder alone(specdec::target(target), specdec::draft(draft), kMates[i].options,
+                                              specdec::TokenwiseRejection{}, specdec::FixedLength{});
             const specdec::GenerationResult expected = alone.generate(kMates[i].prompt);
             const RequestResult& r = results.at(ids[i]);
             INFO("mate " << i);
@@ -144,7 +145,8 @@ void check_mates_unchanged(const std::map<RequestId, RequestResult>& results, co
 specdec::GenerationResult alone(const Request& request, ToyLMOptions target_model = target_options(),
                                 ToyLMOptions draft_model = draft_options()) {
     ToyLM target(target_model), draft(draft_model);
-    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), request.options);
+    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), request.options,
+                                        specdec::TokenwiseRejection{}, specdec::FixedLength{});
     return decoder.generate(request.prompt);
 }
 
@@ -374,7 +376,8 @@ TEST_CASE("batched: a stream callback returning false ends its request (StopReas
     };
     std::size_t alone_count = 0, batched_count = 0;
     ToyLM target(target_options()), draft(draft_options());
-    specdec::SpeculativeDecoder single(specdec::target(target), specdec::draft(draft), request.options);
+    specdec::SpeculativeDecoder single(specdec::target(target), specdec::draft(draft), request.options,
+                                       specdec::TokenwiseRejection{}, specdec::FixedLength{});
     const specdec::GenerationResult expected = single.generate(request.prompt, stop_after_five(alone_count));
     REQUIRE(expected.stop_reason == StopReason::callback);
     std::vector<RequestId> ids;

@@ -576,9 +576,9 @@ TEST_CASE("requests with their own rules share a batch: block verification among
         // same seed, the batched tokens are those of the rule it asked for.
         DecodingOptions alone = measured;
         alone.seed = seed;
-        specdec::SpeculativeDecoder<ToyLM, ToyLM, specdec::BlockVerification> block(
+        specdec::SpeculativeDecoder<ToyLM, ToyLM, specdec::BlockVerification, specdec::FixedLength> block(
             specdec::target(alone_target), specdec::draft(alone_draft), alone);
-        specdec::SpeculativeDecoder<ToyLM, ToyLM, specdec::TokenwiseRejection> tokenwise(
+        specdec::SpeculativeDecoder<ToyLM, ToyLM, specdec::TokenwiseRejection, specdec::FixedLength> tokenwise(
             specdec::target(alone_target), specdec::draft(alone_draft), alone);
         same_as_block += block.generate(kPrompt).tokens == run.tokens ? 1 : 0;
         same_as_tokenwise += tokenwise.generate(kPrompt).tokens == run.tokens ? 1 : 0;
@@ -695,7 +695,7 @@ TEST_CASE("batched decoding under a regex constraint is exact per request among 
             DecodingOptions alone = measured;
             alone.seed = seed;
             alone.sampling.constraint = &alone_constraint;
-            specdec::SpeculativeDecoder<ToyLM, ToyLM> single(specdec::target(alone_target), specdec::draft(alone_draft),
+            specdec::SpeculativeDecoder<ToyLM, ToyLM, specdec::TokenwiseRejection, specdec::FixedLength> single(specdec::target(alone_target), specdec::draft(alone_draft),
                                                              alone);
             same_as_alone += single.generate(kPrompt).tokens == run.tokens ? 1 : 0;
             return run;
@@ -761,7 +761,7 @@ TEST_CASE("a batched request's logprobs are those the single-sequence decoder re
                 run_with_mates(decoder, kPrompt, measured, seed, counts, &batched);
                 DecodingOptions alone = measured;
                 alone.seed = seed;
-                specdec::SpeculativeDecoder<ToyLM, ToyLM> single(specdec::target(alone_target),
+                specdec::SpeculativeDecoder<ToyLM, ToyLM, specdec::TokenwiseRejection, specdec::FixedLength> single(specdec::target(alone_target),
                                                                  specdec::draft(alone_draft), alone);
                 const specdec::GenerationResult expected = single.generate(kPrompt);
                 // Same seed and lengths: the same tokens, and the logprobs read

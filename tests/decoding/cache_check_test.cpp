@@ -90,7 +90,8 @@ TEST_CASE("a target whose truncate() does not roll back is named in the error, a
         CAPTURE(sampling.temperature);
         BuggyAdapter<true> target(target_options(), CacheBug::truncate_ignored);
         ToyLM draft(draft_options());
-        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options_for(sampling));
+        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options_for(sampling),
+                                            specdec::TokenwiseRejection{}, specdec::FixedLength{});
         CHECK_THROWS_WITH(decoder.generate(kPrompt),
                           Catch::Contains("target model \"my-engine:tiny.gguf\": truncate(") &&
                               Catch::Contains("the cache was not rolled back"));
@@ -103,7 +104,8 @@ TEST_CASE("a target whose truncate() rolls back too far is caught, labelled by r
         CAPTURE(sampling.temperature);
         BuggyAdapter<false> target(target_options(), CacheBug::truncate_too_far);
         ToyLM draft(draft_options());
-        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options_for(sampling));
+        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options_for(sampling),
+                                            specdec::TokenwiseRejection{}, specdec::FixedLength{});
         CHECK_THROWS_WITH(decoder.generate(kPrompt),
                           Catch::Contains("target model (type cache_check_test::BuggyAdapter<false>)") &&
                               Catch::Contains("the cache was rolled back too far"));
@@ -116,7 +118,8 @@ TEST_CASE("a draft model whose truncate() is broken is named as the draft", "[de
             CAPTURE(sampling.temperature);
             ToyLM target(target_options());
             BuggyAdapter<true> draft(draft_options(), bug);
-            specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options_for(sampling));
+            specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options_for(sampling),
+                                                specdec::TokenwiseRejection{}, specdec::FixedLength{});
             CHECK_THROWS_WITH(decoder.generate(kPrompt), Catch::Contains("draft model \"my-engine:tiny.gguf\": truncate("));
         }
     }
@@ -125,7 +128,8 @@ TEST_CASE("a draft model whose truncate() is broken is named as the draft", "[de
 TEST_CASE("a forward() that does not cache every token fed is caught at the first pass", "[decoder][cache-checks][errors]") {
     BuggyAdapter<true> target(target_options(), CacheBug::forward_drops_one);
     ToyLM draft(draft_options());
-    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options_for({.temperature = 1.0}));
+    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options_for({.temperature = 1.0}),
+                                        specdec::TokenwiseRejection{}, specdec::FixedLength{});
     CHECK_THROWS_WITH(decoder.prefill(kPrompt),
                       Catch::Contains("target model \"my-engine:tiny.gguf\": forward of 2 tokens on a cache of 0 "
                                       "positions left 1, expected 2"));
@@ -137,8 +141,10 @@ TEST_CASE("the correct adapter passes the checks and decodes as the bare model d
     for (const SamplingOptions& sampling : kSamplings) {
         BuggyAdapter<true> target(target_options(), CacheBug::none);
         ToyLM bare(target_options()), draft(draft_options()), bare_draft(draft_options());
-        specdec::SpeculativeDecoder wrapped(specdec::target(target), specdec::draft(draft), options_for(sampling));
-        specdec::SpeculativeDecoder reference(specdec::target(bare), specdec::draft(bare_draft), options_for(sampling));
+        specdec::SpeculativeDecoder wrapped(specdec::target(target), specdec::draft(draft), options_for(sampling),
+                                            specdec::TokenwiseRejection{}, specdec::FixedLength{});
+        specdec::SpeculativeDecoder reference(specdec::target(bare), specdec::draft(bare_draft), options_for(sampling),
+                                              specdec::TokenwiseRejection{}, specdec::FixedLength{});
         CHECK(wrapped.generate(kPrompt).tokens == reference.generate(kPrompt).tokens);
     }
 }
@@ -190,7 +196,8 @@ TEST_CASE("BatchedDecoder: a slot whose truncate(slot, n) is broken fails its re
         } else {
             CHECK(result.status == specdec::RequestStatus::finished);
             ToyLM alone(target_options()), alone_draft(draft_options());
-            specdec::SpeculativeDecoder reference(specdec::target(alone), specdec::draft(alone_draft), options);
+            specdec::SpeculativeDecoder reference(specdec::target(alone), specdec::draft(alone_draft), options,
+                                                  specdec::TokenwiseRejection{}, specdec::FixedLength{});
             CHECK(result.generation.tokens == reference.generate(prompt).tokens);
         }
     }

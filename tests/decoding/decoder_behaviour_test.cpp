@@ -20,7 +20,8 @@ const std::vector<Token> kPrompt{5, 6, 7};
 TEST_CASE("the same seed gives the same tokens and another seed gives other tokens", "[decoder]") {
     ToyLM target(target_options()), draft(draft_options());
     auto run = [&](std::uint64_t seed) {
-        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), {.draft_tokens = 4, .seed = seed, .max_new_tokens = 48});
+        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), {.draft_tokens = 4, .seed = seed, .max_new_tokens = 48},
+                                            specdec::TokenwiseRejection{}, specdec::FixedLength{});
         return decoder.generate(kPrompt).tokens;
     };
     const auto first = run(1);
@@ -35,7 +36,8 @@ TEST_CASE("a draft identical to the target is always accepted, and the drafter c
     for (const std::size_t k : {1, 3, 6}) {
         ToyLM target(target_options()), draft(target_options());
         const std::size_t rounds = 8;
-        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), {.draft_tokens = k, .seed = 3, .max_new_tokens = rounds * (k + 1)});
+        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), {.draft_tokens = k, .seed = 3, .max_new_tokens = rounds * (k + 1)},
+                                            specdec::TokenwiseRejection{}, specdec::FixedLength{});
         const auto result = decoder.generate(kPrompt);
         INFO("k " << k);
         CHECK(result.stats.acceptance_rate() == 1.0);
@@ -50,7 +52,8 @@ TEST_CASE("a draft identical to the target is always accepted, and the drafter c
 
 TEST_CASE("after generation both KV caches hold exactly the committed tokens", "[decoder][rollback]") {
     ToyLM target(target_options()), draft(draft_options());
-    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), {.draft_tokens = 5, .seed = 9, .max_new_tokens = 40});
+    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), {.draft_tokens = 5, .seed = 9, .max_new_tokens = 40},
+                                        specdec::TokenwiseRejection{}, specdec::FixedLength{});
     const auto result = decoder.generate(kPrompt);
     REQUIRE(result.stats.draft_tokens_accepted < result.stats.draft_tokens_proposed);  // rejections happened
     std::vector<Token> committed = kPrompt;
@@ -82,7 +85,8 @@ TEST_CASE("after truncate and re-forward a model gives the logits of a fresh mod
 
 TEST_CASE("generate can be called repeatedly on the same models and gives the same result", "[decoder][rollback]") {
     ToyLM target(target_options()), draft(draft_options());
-    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), {.draft_tokens = 3, .seed = 4, .max_new_tokens = 30});
+    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), {.draft_tokens = 3, .seed = 4, .max_new_tokens = 30},
+                                        specdec::TokenwiseRejection{}, specdec::FixedLength{});
     const auto first = decoder.generate(kPrompt).tokens;
     // The autoregressive decoder uses the same target in between.
     specdec::AutoregressiveDecoder(target, {.max_new_tokens = 7}).generate(std::vector<Token>{1, 1});
@@ -96,7 +100,8 @@ TEST_CASE("a stop token ends generation right after it is emitted", "[decoder]")
     const std::size_t first_stop = static_cast<std::size_t>(std::find(full.begin(), full.end(), stop) - full.begin());
     ToyLM target(target_options()), draft(draft_options());
     specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft),
-                                        {.draft_tokens = 4, .sampling = {.temperature = 0.0}, .max_new_tokens = 60, .stop_tokens = {stop}});
+                                        {.draft_tokens = 4, .sampling = {.temperature = 0.0}, .max_new_tokens = 60, .stop_tokens = {stop}},
+                                        specdec::TokenwiseRejection{}, specdec::FixedLength{});
     const auto result = decoder.generate(kPrompt);
     CHECK(result.stop_reason == StopReason::stop_token);
     CHECK(result.tokens == std::vector<Token>(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(first_stop) + 1));
@@ -105,7 +110,8 @@ TEST_CASE("a stop token ends generation right after it is emitted", "[decoder]")
 TEST_CASE("max_new_tokens is exact even when a step could emit more", "[decoder]") {
     ToyLM target(target_options()), draft(target_options());
     for (const std::size_t limit : {1, 2, 5, 13}) {
-        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), {.draft_tokens = 4, .max_new_tokens = limit});
+        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), {.draft_tokens = 4, .max_new_tokens = limit},
+                                            specdec::TokenwiseRejection{}, specdec::FixedLength{});
         const auto result = decoder.generate(kPrompt);
         CHECK(result.tokens.size() == limit);
         CHECK(result.stop_reason == StopReason::max_new_tokens);
@@ -116,7 +122,8 @@ TEST_CASE("max_new_tokens is exact even when a step could emit more", "[decoder]
 TEST_CASE("tokens are streamed to the callback in order, and returning false stops", "[decoder]") {
     ToyLM target(target_options()), draft(draft_options());
     std::vector<Token> streamed;
-    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), {.draft_tokens = 4, .seed = 2, .max_new_tokens = 50});
+    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), {.draft_tokens = 4, .seed = 2, .max_new_tokens = 50},
+                                        specdec::TokenwiseRejection{}, specdec::FixedLength{});
     const auto result = decoder.generate(kPrompt, [&](Token t) { streamed.push_back(t); });
     CHECK(streamed == result.tokens);
     std::size_t calls = 0;
@@ -136,7 +143,8 @@ TEST_CASE("generation stops with context_full when the target's cache is full, m
     CHECK(expected.stop_reason == StopReason::context_full);
     CHECK(expected.tokens.size() == small.context + 1 - kPrompt.size());
     ToyLM target(small), draft(small_draft);
-    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), {.draft_tokens = 6, .sampling = {.temperature = 0.0}, .max_new_tokens = 100});
+    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), {.draft_tokens = 6, .sampling = {.temperature = 0.0}, .max_new_tokens = 100},
+                                        specdec::TokenwiseRejection{}, specdec::FixedLength{});
     const auto result = decoder.generate(kPrompt);
     CHECK(result.stop_reason == StopReason::context_full);
     CHECK(result.tokens == expected.tokens);
@@ -144,7 +152,8 @@ TEST_CASE("generation stops with context_full when the target's cache is full, m
 
 TEST_CASE("statistics add up", "[decoder]") {
     ToyLM target(target_options()), draft(draft_options());
-    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), {.draft_tokens = 4, .seed = 5, .max_new_tokens = 64});
+    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), {.draft_tokens = 4, .seed = 5, .max_new_tokens = 64},
+                                        specdec::TokenwiseRejection{}, specdec::FixedLength{});
     const auto result = decoder.generate(kPrompt);
     const auto& s = result.stats;
     CHECK(s.prompt_tokens == kPrompt.size());

@@ -27,7 +27,7 @@ ToyLMOptions edge_target_options(std::size_t context = 512) { return {.vocab = 2
 ToyLMOptions noisy_draft_options(std::size_t context = 512) {
     return {.vocab = 20, .seed = 8, .sharpness = 1.5, .noise_seed = 2, .noise = 0.7, .context = context};
 }
-using Decoder = specdec::SpeculativeDecoder<ToyLM, ToyLM>;
+using Decoder = specdec::SpeculativeDecoder<ToyLM, ToyLM, specdec::TokenwiseRejection, specdec::FixedLength>;
 
 // A ToyLM that records its cache after every forward() call.
 class RecordingLM {
@@ -253,7 +253,7 @@ TEST_CASE("after every step the draft catches up to exactly the committed sequen
         ToyLM target(edge_target_options());
         RecordingLM draft(noisy_draft_options());
         constexpr std::size_t k = 5;
-        specdec::SpeculativeDecoder<ToyLM, RecordingLM> decoder(
+        specdec::SpeculativeDecoder<ToyLM, RecordingLM, specdec::TokenwiseRejection, specdec::FixedLength> decoder(
             specdec::target(target), specdec::draft(draft),
             {.draft_tokens = k, .sampling = {.temperature = temperature}, .seed = 9, .max_new_tokens = 200, .stop_tokens = {}});
         decoder.prefill(std::vector<Token>{5, 6, 7});

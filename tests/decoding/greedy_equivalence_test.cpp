@@ -25,7 +25,8 @@ TEST_CASE("greedy speculative output equals greedy autoregressive output token f
                 ToyLM target({.vocab = 50, .seed = 21, .sharpness = 1.0});
                 ToyLM draft({.vocab = 50, .seed = 21, .sharpness = 1.0, .noise_seed = 4, .noise = draft_noise});
                 specdec::SpeculativeDecoder decoder(
-                    specdec::target(target), specdec::draft(draft), {.draft_tokens = k, .sampling = {.temperature = 0.0}, .max_new_tokens = 96});
+                    specdec::target(target), specdec::draft(draft), {.draft_tokens = k, .sampling = {.temperature = 0.0}, .max_new_tokens = 96},
+                    specdec::TokenwiseRejection{}, specdec::FixedLength{});
                 const auto result = decoder.generate(prompt);
                 INFO("noise " << draft_noise << ", prompt length " << prompt.size() << ", k " << k
                               << ", acceptance " << result.stats.acceptance_rate());
@@ -60,7 +61,8 @@ TEST_CASE("greedy verification through the exactness harness: the reference argm
         const auto report = specdec::test::run_exactness(setup, [&](std::uint64_t seed) {
             // The seed must not matter at T = 0: every run must give the one sequence.
             specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft),
-                                                {.draft_tokens = k, .sampling = greedy, .seed = seed, .max_new_tokens = 2 * k + 2});
+                                                {.draft_tokens = k, .sampling = greedy, .seed = seed, .max_new_tokens = 2 * k + 2},
+                                                specdec::TokenwiseRejection{}, specdec::FixedLength{});
             return specdec::test::sampled_run(decoder.generate(setup.prompt));
         });
         specdec::test::check_exact(report, k);

@@ -5,11 +5,15 @@
 // Five tokens, so that the first step of a k = 4 configuration drafts every
 // position (a step drafts at most max_new_tokens - 1).
 // Pearson chi-square at fixed seeds: exact configurations must give
-// p >= 1e-3; the negative controls (a block rule with the token-wise residual,
-// a length policy that peeks at the verifier's uniforms) must give p < 1e-6.
+// p >= 1e-3; the negative controls (a block rule with the token-wise residual
+// or resampling the target after a rejection, a length policy that peeks at the
+// verifier's uniforms) must give p < 1e-6. The default decoder (block
+// verification, AutoLength) is tested as a user constructs it.
 // At temperature 0 every rule and policy must reproduce greedy decoding.
+#include <algorithm>
 #include <memory>
 #include <sstream>
+#include <type_traits>
 #include <vector>
 
 #include "specdec/specdec.hpp"
@@ -191,6 +195,19 @@ struct BlockWithTokenwiseResidual {
     }
 };
 
+// Negative control: block verification's kept length, then a token from the
+// target's row where the residual belongs.
+struct BlockResamplingTheTarget {
+    specdec::AcceptanceResult operator()(const specdec::DraftProposal& d, specdec::DistributionRows p,
+                                         const specdec::CounterRng& rng, std::uint64_t pos) const {
+        std::vector<double> w;
+        specdec::detail::block_acceptance_weights(d, p, w);
+        const std::size_t tau = specdec::detail::block_kept_length(d, p, w, rng, pos);
+        const double v = rng.uniform(pos + tau, specdec::RandomPurpose::target_sample);
+        return {tau, specdec::sample_from_distribution(p.row(tau), v)};
+    }
+};
+
 // Negative control: ends the draft before a position whose acceptance uniform
 // (the verifier's, drawn later) is large, i.e. where a rejection is likely.
 struct PeeksAtAcceptanceUniform {
@@ -290,7 +307,7 @@ TEST_CASE("negative controls: a block rule with the token-wise residual and a po
     ToyLM noisy_draft({.vocab = kVocab, .seed = 5, .sharpness = 0.8, .noise_seed = 99, .noise = 2.0});
     const auto residual = sequence_test(sampling, 8 * kPolicySamples, [&](DecodingOptions options) {
         options.draft_tokens = 4;
-        return std::make_unique<specdec::SpeculativeDecoder<ToyLM, ToyLM, BlockWithTokenwiseResidual>>(
+        return std::make_unique<specdec::SpeculativeDecoder<ToyLM, ToyLM, BlockWithTokenwiseResidual, specdec::FixedLength>>(
             specdec::target(flat_target), specdec::draft(noisy_draft), options);
     }, flat_target);
     INFO("block with the token-wise residual: sequences p " << residual.sequences.p_value << ", first token p "
@@ -305,6 +322,64 @@ TEST_CASE("negative controls: a block rule with the token-wise residual and a po
     });
     INFO("peeking policy: sequences p " << peeking.sequences.p_value << ", first token p " << peeking.first_token.p_value);
     CHECK(peeking.sequences.p_value < kControlSignificance);
+}
+
+TEST_CASE("the defaults are block verification and the auto length; a rule or a policy alone keeps the other default",
+          "[decoder][defaults]") {
+    using specdec::AutoLength, specdec::BlockVerification, specdec::FixedLength, specdec::TokenwiseRejection;
+    ToyLM model(policy_target_options());
+    const DecodingOptions options{};
+    static_assert(std::is_same_v<specdec::SpeculativeDecoder<ToyLM, ToyLM>,
+                                 specdec::SpeculativeDecoder<ToyLM, ToyLM, BlockVerification, AutoLength>>);
+    static_assert(std::is_same_v<decltype(specdec::SpeculativeDecoder(specdec::target(model), specdec::draft(model))),
+                                 specdec::SpeculativeDecoder<ToyLM, ToyLM, BlockVerification, AutoLength>>);
+    static_assert(std::is_same_v<decltype(specdec::SpeculativeDecoder(specdec::target(model), specdec::draft(model),
+                                                                      options, FixedLength{})),
+                                 specdec::SpeculativeDecoder<ToyLM, ToyLM, BlockVerification, FixedLength>>);
+    static_assert(std::is_same_v<decltype(specdec::SpeculativeDecoder(specdec::target(model), specdec::draft(model),
+                                                                      options, TokenwiseRejection{})),
+                                 specdec::SpeculativeDecoder<ToyLM, ToyLM, TokenwiseRejection, AutoLength>>);
+    static_assert(std::is_same_v<decltype(specdec::SpeculativeDecoder(specdec::target(model), specdec::draft(model),
+                                                                      options, TokenwiseRejection{}, FixedLength{})),
+                                 specdec::SpeculativeDecoder<ToyLM, ToyLM, TokenwiseRejection, FixedLength>>);
+    // The policy passed alone is the one the decoder runs.
+    ToyLM target(policy_target_options()), draft(policy_draft_options());
+    specdec::SpeculativeDecoder stopping(specdec::target(target), specdec::draft(draft),
+                                         {.draft_tokens = 4, .seed = 1, .max_new_tokens = 60},
+                                         specdec::ConfidenceStop{.min_top_probability = 1.0});
+    const auto stats = stopping.generate(kPolicyPrompt).stats;
+    REQUIRE(stats.draft_length_counts.size() == 5);
+    CHECK(stats.draft_length_counts[2] + stats.draft_length_counts[3] + stats.draft_length_counts[4] == 0);
+}
+
+TEST_CASE("the default decoder, as constructed, generates exactly the target's sequences", "[exactness][decoder][defaults]") {
+    // One fresh decoder per seed, as a user constructs it: its AutoLength's
+    // warm-up drafts the whole cap in the first step, the last position.
+    const std::size_t cap = std::min(DecodingOptions{}.draft_tokens, kLength - 1);
+    ToyLM target(policy_target_options()), draft(policy_draft_options());
+    for (const SamplingOptions& sampling : {kTransforms[0], kTransforms[3]}) {
+        const auto result = sequence_test(
+            sampling, kPolicySamples,
+            [&](const DecodingOptions& options) {
+                return std::make_unique<specdec::SpeculativeDecoder<ToyLM, ToyLM>>(specdec::target(target),
+                                                                                   specdec::draft(draft), options);
+            },
+            target, cap);
+        check_exact(result, "default decoder, " + describe(sampling));
+    }
+    // Negative control: the default policy with block verification's kept
+    // length and, after a rejection, a token from the target's row instead of
+    // the residual (drafted tokens come out too often).
+    const auto resampled = sequence_test(
+        kTransforms[0], kPolicySamples,
+        [&](const DecodingOptions& options) {
+            return std::make_unique<specdec::SpeculativeDecoder<ToyLM, ToyLM, BlockResamplingTheTarget>>(
+                specdec::target(target), specdec::draft(draft), options);
+        },
+        target, cap);
+    INFO("default policy, block resampling the target after a rejection: sequences p " << resampled.sequences.p_value);
+    CHECK(resampled.deepest_reached);
+    CHECK(resampled.sequences.p_value < kControlSignificance);
 }
 
 TEST_CASE("at temperature 0 every rule and length policy reproduces greedy decoding exactly", "[decoder][greedy][length-policy]") {
@@ -329,7 +404,8 @@ TEST_CASE("at temperature 0 every rule and length policy reproduces greedy decod
 TEST_CASE("the confidence stop shortens drafts and the statistics count the chosen lengths", "[decoder][length-policy]") {
     ToyLM target(policy_target_options()), draft(policy_draft_options());
     const DecodingOptions options{.draft_tokens = 4, .sampling = {.temperature = 1.0}, .seed = 9, .max_new_tokens = 200};
-    specdec::SpeculativeDecoder fixed(specdec::target(target), specdec::draft(draft), options);
+    specdec::SpeculativeDecoder fixed(specdec::target(target), specdec::draft(draft), options, specdec::TokenwiseRejection{},
+                                      specdec::FixedLength{});
     const auto all = fixed.generate(kPolicyPrompt).stats;
     specdec::SpeculativeDecoder stopping(specdec::target(target), specdec::draft(draft), options,
                                          specdec::TokenwiseRejection{}, specdec::ConfidenceStop{.min_top_probability = 1.0});

@@ -107,7 +107,7 @@ private:
 template <class Rule = specdec::TokenwiseRejection, class Target, class Draft>
 specdec::test::SampledRun speculative_sample(Target& target, Draft& draft, DecodingOptions options, std::uint64_t seed) {
     options.seed = seed;
-    specdec::SpeculativeDecoder<Target, Draft, Rule> decoder(specdec::target(target), specdec::draft(draft), options);
+    specdec::SpeculativeDecoder<Target, Draft, Rule, specdec::FixedLength> decoder(specdec::target(target), specdec::draft(draft), options);
     return sampled_run(decoder.generate(kPrompt));
 }
 
@@ -218,7 +218,8 @@ TEST_CASE("prompt lookup drafts the constraint forbids are rejected, and the out
     check_exact(run_exactness(setup,
                               [&](std::uint64_t seed) {
                                   specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(drafter),
-                                                                      {.draft_tokens = 3, .sampling = sampling, .seed = seed, .max_new_tokens = 5});
+                                                                      {.draft_tokens = 3, .sampling = sampling, .seed = seed, .max_new_tokens = 5},
+                                                                      specdec::TokenwiseRejection{}, specdec::FixedLength{});
                                   return sampled_run(decoder.generate(prompt));
                               }),
                 3);
@@ -281,7 +282,8 @@ TEST_CASE("logprobs under speculation equal autoregressive logprobs, greedy and 
             const DecodingOptions options{.draft_tokens = 4, .sampling = sampling, .seed = 11, .max_new_tokens = 40,
                                           .logprobs = {.enabled = true, .top_n = 3, .source = source}};
             ToyLM target(target_options()), draft(draft_options()), alone(target_options());
-            specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options);
+            specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options,
+                                                specdec::TokenwiseRejection{}, specdec::FixedLength{});
             const specdec::GenerationResult speculative = decoder.generate(kPrompt);
             REQUIRE(speculative.logprobs.size() == speculative.tokens.size());
             REQUIRE(speculative.stats.draft_tokens_accepted > 0);
@@ -323,14 +325,16 @@ TEST_CASE("logprobs under speculation equal autoregressive logprobs, greedy and 
 TEST_CASE("a generation depends only on its own seed; unseeded generations get fresh seeds", "[decoder][sampling][seeds]") {
     ToyLM target(target_options()), draft(draft_options());
     const DecodingOptions unseeded{.draft_tokens = 3, .sampling = {.temperature = 1.0}, .max_new_tokens = 30};
-    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), unseeded);
+    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), unseeded,
+                                        specdec::TokenwiseRejection{}, specdec::FixedLength{});
     const specdec::GenerationResult first = decoder.generate(kPrompt);
     const specdec::GenerationResult second = decoder.generate(kPrompt);
     CHECK(first.seed != second.seed);
     CHECK(first.tokens != second.tokens);  // 30 tokens over 5 ids: equal by chance with negligible probability
     DecodingOptions replay = unseeded;
     replay.seed = second.seed;
-    specdec::SpeculativeDecoder again(specdec::target(target), specdec::draft(draft), replay);
+    specdec::SpeculativeDecoder again(specdec::target(target), specdec::draft(draft), replay,
+                                      specdec::TokenwiseRejection{}, specdec::FixedLength{});
     CHECK(again.generate(kPrompt).tokens == second.tokens);
     CHECK(again.seed() == second.seed);
 }
@@ -339,7 +343,8 @@ TEST_CASE("bad sampling settings end with an error naming the setting", "[decode
     using Catch::Contains;
     ToyLM target(target_options()), draft(draft_options());
     const auto build = [&](SamplingOptions sampling) {
-        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), {.sampling = sampling});
+        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), {.sampling = sampling},
+                                            specdec::TokenwiseRejection{}, specdec::FixedLength{});
     };
     CHECK_THROWS_WITH(build({.logit_bias = {{7, 1.0f}}}), Contains("logit_bias[0]: token id 7 is outside the vocabulary [0, 5)"));
     CHECK_THROWS_WITH(build({.repeat_penalty = -1.0}), Contains("repeat_penalty = -1"));
@@ -353,7 +358,8 @@ TEST_CASE("bad sampling settings end with an error naming the setting", "[decode
         void rollback(std::size_t) override {}
     } dead_end;
     specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft),
-                                        {.sampling = {.constraint = &dead_end}, .seed = 1, .max_new_tokens = 4});
+                                        {.sampling = {.constraint = &dead_end}, .seed = 1, .max_new_tokens = 4},
+                                        specdec::TokenwiseRejection{}, specdec::FixedLength{});
     CHECK_THROWS_WITH(decoder.generate(kPrompt), Contains("dead-end constraint allows no token at position 3"));
     specdec::AutoregressiveDecoder plain(target, {.sampling = {.temperature = 0.0, .constraint = &dead_end}, .max_new_tokens = 4});
     CHECK_THROWS_WITH(plain.generate(kPrompt), Contains("invalid sampling option constraint: dead-end constraint"));

@@ -17,7 +17,7 @@ namespace {
 ToyLMOptions session_target_options() { return {.vocab = 20, .seed = 8, .sharpness = 1.5}; }
 ToyLMOptions session_draft_options() { return {.vocab = 20, .seed = 8, .sharpness = 1.5, .noise_seed = 2, .noise = 0.6}; }
 
-using Decoder = specdec::SpeculativeDecoder<ToyLM, ToyLM>;
+using Decoder = specdec::SpeculativeDecoder<ToyLM, ToyLM, specdec::TokenwiseRejection, specdec::FixedLength>;
 }  // namespace
 
 TEST_CASE("target and draft cannot be swapped or passed without their roles", "[session][api]") {
@@ -164,7 +164,8 @@ TEST_CASE("prefill and the draft's catching up go through forward_last when the 
     const std::vector<Token> prompt{2, 7, 1, 8, 2, 8};
     const specdec::DecodingOptions options{.draft_tokens = 3, .seed = 4, .max_new_tokens = 20};
     LastRowToyLM target(session_target_options()), draft(session_draft_options());
-    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options);
+    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options,
+                                        specdec::TokenwiseRejection{}, specdec::FixedLength{});
     const auto result = decoder.generate(prompt);
     CHECK(target.last_row_calls == 1);
     // The draft: its prompt, then each drafting step's first pass, which

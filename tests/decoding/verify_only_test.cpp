@@ -225,7 +225,8 @@ TEST_CASE("verify-only: the same rows and seed give SpeculativeDecoder's tokens,
             const ToyLM draft(draft_options(9));
             const specdec::DecodingOptions options{.draft_tokens = 4, .sampling = sampling, .seed = seed,
                                                    .max_new_tokens = 30};
-            specdec::SpeculativeDecoder tokenwise(specdec::target(decoder_target), specdec::draft(decoder_draft), options);
+            specdec::SpeculativeDecoder tokenwise(specdec::target(decoder_target), specdec::draft(decoder_draft), options,
+                                                  specdec::TokenwiseRejection{}, specdec::FixedLength{});
             const std::vector<Token> expected = tokenwise.generate(prompt).tokens;
             for (const EngineTarget source : {EngineTarget::own_rows, EngineTarget::model}) {
                 CHECK(engine_generate(target, draft, EngineDraft::sampled, source, 4, sampling, seed, prompt, 30).tokens ==
@@ -233,7 +234,7 @@ TEST_CASE("verify-only: the same rows and seed give SpeculativeDecoder's tokens,
             }
 
             ToyLM block_target(target_options(9)), block_draft(draft_options(9));
-            specdec::SpeculativeDecoder<ToyLM, ToyLM, specdec::BlockVerification> block(
+            specdec::SpeculativeDecoder<ToyLM, ToyLM, specdec::BlockVerification, specdec::FixedLength> block(
                 specdec::target(block_target), specdec::draft(block_draft), options);
             CHECK(engine_generate<specdec::BlockVerification>(target, draft, EngineDraft::sampled, EngineTarget::model, 4,
                                                               sampling, seed, prompt, 30)

@@ -195,7 +195,7 @@ auto speculative_runner(Target& target, Draft& draft, DecodingOptions options, c
     return [&target, &draft, options, &prompt, rule](std::uint64_t seed) {
         DecodingOptions seeded = options;
         seeded.seed = seed;
-        SpeculativeDecoder<Target, Draft, Rule> decoder(specdec::target(target), specdec::draft(draft), seeded, rule);
+        SpeculativeDecoder<Target, Draft, Rule, specdec::FixedLength> decoder(specdec::target(target), specdec::draft(draft), seeded, rule);
         return sampled_run(decoder.generate(prompt));
     };
 }

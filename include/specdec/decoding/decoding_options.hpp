@@ -28,7 +28,12 @@ struct ForcedDraftOptions {
 };
 
 struct DecodingOptions {
-    std::size_t draft_tokens = 4;      // k: tokens proposed per target pass (the most, with a length policy)
+    // k: with the default AutoLength, the most drafts a step proposes; with
+    // FixedLength, every step's count. 4: the best fixed k measured on CPU
+    // pairs is 3-4 (so a fixed length keeps a good default), and a cap of 8
+    // made AutoLength no faster there beyond the noise (docs/usage.md); GPU
+    // targets pay for longer drafts (up to 8).
+    std::size_t draft_tokens = 4;
     SamplingOptions sampling{};        // applied identically to draft and target
     // All randomness derives from it: a request's tokens depend only on its
     // seed, prompt and options. Unset: a fresh seed per generation (reported

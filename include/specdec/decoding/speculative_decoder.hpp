@@ -10,7 +10,18 @@
 //   auto result = decoder.generate(prompt, on_token);          // or, one step at a time:
 //   decoder.prefill(prompt);
 //   while (...) { specdec::StepResult step = decoder.step(); ... }
+//
+// The defaults are the fastest measured configuration: BlockVerification and
+// AutoLength (options.draft_tokens is then the most drafts per step). AutoLength
+// picks each step's length from measured timings, so at temperature > 0 two
+// runs with one seed may differ (each is exact). For output that is bitwise
+// reproducible from the seed, fix the length; a rule or a policy alone may be
+// passed, the other stays the default:
+//   specdec::SpeculativeDecoder fixed(specdec::target(big), specdec::draft(small), options, specdec::FixedLength{});
+//   specdec::SpeculativeDecoder classic(specdec::target(big), specdec::draft(small), options,
+//                                       specdec::TokenwiseRejection{}, specdec::FixedLength{});
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <span>
 #include <utility>
@@ -32,13 +43,17 @@ namespace specdec {
 // Target: the CausalLM whose distribution the output follows.
 // Draft: a Drafter, or a CausalLM draft model (wrapped in a ModelDrafter).
 // Rule: the acceptance rule used at temperature > 0 (sampling/acceptance.hpp;
-// temperature 0 always uses greedy verification). If the target runs Rule
-// itself (DeviceVerifyingLM), verification happens there; otherwise on the host.
+// temperature 0 always uses greedy verification). BlockVerification keeps at least as
+// many drafts as TokenwiseRejection in expectation (as many with point-mass drafts).
+// If the target runs Rule itself (DeviceVerifyingLM; the CUDA LlamaModel runs
+// TokenwiseRejection), verification happens there; otherwise on the host.
 // Policy: how many drafts each step proposes (draft_length.hpp); with a
-// policy other than FixedLength, options.draft_tokens is the maximum.
+// policy other than FixedLength, options.draft_tokens is the maximum. Only
+// FixedLength (or another policy that reads no clock) makes a seeded run
+// reproducible bit for bit.
 // Construction, prefill(), generate() and reset() are DecoderSession's.
-template <CausalLM Target, class Draft, AcceptanceRule Rule = TokenwiseRejection,
-          DraftLengthPolicy Policy = FixedLength>
+template <CausalLM Target, class Draft, AcceptanceRule Rule = BlockVerification,
+          DraftLengthPolicy Policy = AutoLength>
     requires(Drafter<Draft> || CausalLM<Draft>)
 class SpeculativeDecoder
     : public detail::DecoderSession<SpeculativeDecoder<Target, Draft, Rule, Policy>, Target,
@@ -50,6 +65,11 @@ public:
     SpeculativeDecoder(TargetRole<Target> target, DraftRole<Draft> draft, DecodingOptions options = {}, Rule rule = {},
                        Policy policy = {})
         : Session(target, draft, std::move(options)), rule_(std::move(rule)), policy_(std::move(policy)) {}
+
+    // The policy alone, the rule by default: (options, specdec::FixedLength{}).
+    SpeculativeDecoder(TargetRole<Target> target, DraftRole<Draft> draft, DecodingOptions options, Policy policy)
+        requires(!std::same_as<Rule, Policy>)
+        : SpeculativeDecoder(target, draft, std::move(options), Rule{}, std::move(policy)) {}
 
     // One draft -> verify step: proposes up to min(draft_tokens, max_tokens - 1)
     // drafts (under a constraint, plus forced drafts: forced_drafts.hpp),
@@ -119,5 +139,15 @@ private:
     LogitsView pass_rows_{};  // the step's target pass (host verification)
     LogitsView host_rows_{};  // its rows through the logit stages; empty after device verification
 };
+
+// (options, rule): that rule, the default policy. (options, policy): that
+// policy, the default rule.
+template <class Target, class Draft, AcceptanceRule Rule>
+SpeculativeDecoder(TargetRole<Target>, DraftRole<Draft>, DecodingOptions, Rule)
+    -> SpeculativeDecoder<Target, Draft, Rule>;
+template <class Target, class Draft, DraftLengthPolicy Policy>
+    requires(!AcceptanceRule<Policy>)
+SpeculativeDecoder(TargetRole<Target>, DraftRole<Draft>, DecodingOptions, Policy)
+    -> SpeculativeDecoder<Target, Draft, BlockVerification, Policy>;
 
 }  // namespace specdec

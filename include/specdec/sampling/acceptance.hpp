@@ -349,7 +349,7 @@ inline void check_rule_inputs(const DraftProposal& draft, const DistributionRows
 // show the exactness tests catch them. Temperature 0 is not a rule: the
 // decoders verify greedily there (accept_greedy).
 
-// The default rule of SpeculativeDecoder: accept_rejection_sampling.
+// accept_rejection_sampling, the classic token-wise rule.
 struct TokenwiseRejection {
     AcceptanceResult operator()(const DraftProposal& draft, DistributionRows p, const CounterRng& rng,
                                 std::uint64_t first_position) const {
@@ -357,9 +357,9 @@ struct TokenwiseRejection {
     }
 };
 
-// accept_block_verification: exact, and keeps at least as many drafts as
-// TokenwiseRejection in expectation. Needs full q rows from a model drafter to
-// gain anything (with point-mass drafts it equals token-wise).
+// accept_block_verification, SpeculativeDecoder's default: exact, and keeps at
+// least as many drafts as TokenwiseRejection in expectation. Needs a model
+// drafter's full q rows to gain anything (with point-mass drafts it equals token-wise).
 struct BlockVerification {
     AcceptanceResult operator()(const DraftProposal& draft, DistributionRows p, const CounterRng& rng,
                                 std::uint64_t first_position) const {
