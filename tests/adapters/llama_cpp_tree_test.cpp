@@ -262,7 +262,7 @@ TEST_CASE("llama.cpp adapter: tree passes refuse a context without tree_leaves, 
     CHECK_THROWS_WITH(model.forward_tree(std::vector<Token>{1, 2, 3}, std::vector<std::int32_t>{-1, -1, -1}),
                       Catch::Contains("more than 2 leaves"));
     CHECK_THROWS_WITH(model.forward_tree(std::vector<Token>{1, 2}, std::vector<std::int32_t>{-1, 1}),
-                      Catch::Contains("expected -1 or an earlier node"));
+                      Catch::Contains("is not an earlier node; expected -1 or a node in"));
     CHECK_THROWS_WITH(model.forward_tree(std::vector<Token>{1}, std::vector<std::int32_t>{-1, -1}),
                       Catch::Contains("one parent per token"));
     CHECK_THROWS_WITH(model.forward_tree(std::vector<Token>{-1}, std::vector<std::int32_t>{-1}), Catch::Contains("outside the vocabulary"));

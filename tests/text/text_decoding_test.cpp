@@ -116,7 +116,10 @@ void run_synthetic_cases(const Vocabulary& vocab, Decode decode_sequence, std::s
                                       .sampling = {.temperature = greedy ? 0.0 : 1.0},
                                       .seed = seed,
                                       .max_new_tokens = kMost};
-        specdec::SpeculativeDecoder plain(specdec::target(pair.target), specdec::draft(pair.draft), options);
+        // FixedLength: the reference is the same seeded run, which AutoLength's
+        // timing-chosen lengths would not repeat at T = 1.
+        specdec::SpeculativeDecoder plain(specdec::target(pair.target), specdec::draft(pair.draft), options,
+                                          specdec::FixedLength{});
         const SteppedRun unstopped = stepped_run(plain, prompt, kMost);
         std::vector<Token> reference_tokens = unstopped.tokens;
         if (greedy) {
@@ -153,7 +156,8 @@ void run_synthetic_cases(const Vocabulary& vocab, Decode decode_sequence, std::s
         INFO("case " << c << (greedy ? " greedy" : " T = 1") << " stop '" << *stop << "'");
 
         specdec::test::PieceRecorder seen;
-        specdec::SpeculativeDecoder speculative(specdec::target(pair.target), specdec::draft(pair.draft), options);
+        specdec::SpeculativeDecoder speculative(specdec::target(pair.target), specdec::draft(pair.draft), options,
+                                                specdec::FixedLength{});
         const specdec::text::TextResult result = specdec::text::generate_text(speculative, vocab, prompt, text_options, seen);
         REQUIRE(result.text == expected.text);
         REQUIRE(result.tokens ==
@@ -180,7 +184,8 @@ void run_synthetic_cases(const Vocabulary& vocab, Decode decode_sequence, std::s
             std::vector<Token> next = conversation;
             next.push_back(static_cast<Token>(2 + random.below(500)));
             const specdec::GenerationResult continued = speculative.generate(next);
-            specdec::SpeculativeDecoder fresh(specdec::target(pair.target), specdec::draft(pair.draft), options);
+            specdec::SpeculativeDecoder fresh(specdec::target(pair.target), specdec::draft(pair.draft), options,
+                                              specdec::FixedLength{});
             pair.target.truncate(0);
             pair.draft.truncate(0);
             REQUIRE(fresh.generate(next).tokens == continued.tokens);
