@@ -22,13 +22,15 @@ namespace {
 const std::vector<std::string> kLiteralTexts{"a", "b", "c", ""};
 constexpr Token kLiteralEnd = 3;
 
+// The cases compare pass counts between runs: FixedLength keeps them from
+// depending on AutoLength's timing-chosen lengths.
 specdec::GenerationResult forced_literal_run(ToyLM& target, ToyLM& draft, RegexConstraint& constraint,
                                              double temperature, specdec::ForcedDraftOptions forced) {
     specdec::DecodingOptions options{.draft_tokens = 2, .seed = 5, .max_new_tokens = 20, .stop_tokens = {kLiteralEnd}};
     options.sampling.temperature = temperature;
     options.sampling.constraint = &constraint;
     options.forced_drafts = forced;
-    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options);
+    specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), options, specdec::FixedLength{});
     return decoder.generate(std::vector<Token>{1, 0});
 }
 
@@ -79,10 +81,12 @@ TEST_CASE("forced drafts: greedy output equals autoregressive, with fewer draft 
             options.sampling.constraint = &constraint;
             const auto reference = specdec::AutoregressiveDecoder(target, options).generate(prompt);
             const auto on =
-                specdec::SpeculativeDecoder(specdec::target(target), specdec::draft(draft), options).generate(prompt);
+                specdec::SpeculativeDecoder(specdec::target(target), specdec::draft(draft), options, specdec::FixedLength{})
+                    .generate(prompt);
             options.forced_drafts.enabled = false;
             const auto off =
-                specdec::SpeculativeDecoder(specdec::target(target), specdec::draft(draft), options).generate(prompt);
+                specdec::SpeculativeDecoder(specdec::target(target), specdec::draft(draft), options, specdec::FixedLength{})
+                    .generate(prompt);
             INFO("prompt " << first << ", k = " << k);
             CHECK(on.tokens == reference.tokens);
             CHECK(off.tokens == reference.tokens);
@@ -108,7 +112,8 @@ TEST_CASE("forced drafts: a literal longer than the context stops where autoregr
         const std::vector<Token> prompt{1, 0};
         const auto reference = specdec::AutoregressiveDecoder(target, options).generate(prompt);
         const auto forced =
-            specdec::SpeculativeDecoder(specdec::target(target), specdec::draft(draft), options).generate(prompt);
+            specdec::SpeculativeDecoder(specdec::target(target), specdec::draft(draft), options, specdec::FixedLength{})
+                    .generate(prompt);
         INFO("draft context " << draft_context);
         CHECK(forced.tokens == reference.tokens);
         CHECK(forced.tokens.size() == 7);  // the target's context holds 8 positions
