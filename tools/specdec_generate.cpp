@@ -14,6 +14,11 @@
 // template (tokenizer.chat_template: ChatML, Llama 3, Mistral) and stops at
 // the end of the assistant's turn.
 //
+// --grammar-regex PATTERN keeps the output inside PATTERN (a RegexConstraint
+// over the vocabulary's token texts; docs/constraints.md); --logprobs N prints
+// each generated token's logprob and its row's N most probable tokens after
+// the text, read from the target's rows as autoregressive decoding samples them.
+//
 // --check-autoregressive generates the same continuation with the target
 // alone afterwards and exits 1 when the tokens differ (at temperature 0 the
 // speculative output must be the target's greedy output, token for token; at
@@ -40,7 +45,10 @@
 #include "engine_choice.hpp"
 #include "flag_table.hpp"
 
+#include <specdec/constraints/regex_constraint.hpp>
+#include <specdec/constraints/token_texts.hpp>
 #include <specdec/formats/tokenizer.hpp>
+#include <specdec/formats/tokenizer_utf8.hpp>
 #include <specdec/models/llama_model.hpp>
 #include <specdec/specdec.hpp>
 #include <specdec/text/chat_template.hpp>
@@ -98,6 +106,8 @@ struct Options {
     bool chat = false;                         // --chat: -p is a user message in the target's chat template
     std::optional<std::string> system_prompt;  // -sys, with --chat
     std::optional<std::string> chat_template;  // --chat-template: a family name instead of the file's template
+    std::optional<std::string> grammar_regex;  // --grammar-regex: the output matches this pattern
+    std::optional<std::size_t> logprobs;       // --logprobs N: each token's logprob and its row's top N
     cli::Engine engine = cli::Engine::specdec;
 };
 
@@ -279,6 +289,17 @@ const std::vector<GenerateFlag>& generate_flags() {
              o.block_rule = v == "block";
              o.rule_given = true;
          }},
+        {{"--grammar-regex"}, "PATTERN",
+         "the output matches PATTERN (anchored at both ends; the syntax of docs/constraints.md),\n"
+         "e.g. '\\{\"name\": \"[a-z]+\"\\}'; tokens it forces are drafted for free",
+         [](Options& o, V f, V v) {
+             if (v.empty()) throw UsageError(std::string(f) + ": an empty pattern allows no text");
+             o.grammar_regex = std::string(v);
+         }},
+        {{"--logprobs"}, "N",
+         "after the text, each generated token's logprob and its N most probable\n"
+         "alternatives (0: the token's alone), from the distribution it was sampled from",
+         [](Options& o, V f, V v) { o.logprobs = parse_number<std::size_t>(f, v); }},
         {{"--ignore-eos"}, "", "do not stop at the end-of-sequence token", [](Options& o, V, V) { o.ignore_eos = true; }},
         {{"--autoregressive"}, "", "decode with the target alone (the baseline)",
          [](Options& o, V, V) { o.autoregressive = true; }},
@@ -315,6 +336,11 @@ Options parse(int argc, char** argv) {
         throw UsageError("--chat uses specdec's tokenizer and chat templates: expected --engine specdec");
     if (o.system_prompt && !o.chat) throw UsageError("-sys is a chat message: expected --chat");
     if (o.chat_template && !o.chat) throw UsageError("--chat-template formats a chat: expected --chat");
+    if (o.grammar_regex && o.tree)
+        throw UsageError("--grammar-regex constrains a chain of drafts; a --tree cannot be constrained: drop --tree");
+    if (o.logprobs && o.tree) throw UsageError("--logprobs reads a chain's verification rows; a --tree reports none: drop --tree");
+    if (o.grammar_regex && o.ignore_eos)
+        throw UsageError("--grammar-regex ends the text at the end-of-generation token when the pattern is complete: drop --ignore-eos");
     if (!o.reverse_prompts.empty() && o.check_autoregressive)
         throw UsageError("--check-autoregressive compares whole outputs: drop -r");
     if (o.check_autoregressive && o.temperature != 0.0)
@@ -411,7 +437,7 @@ class StreamedText {
 public:
     StreamedText(const Vocabulary& vocabulary, std::vector<std::string> reverse_prompts,
                  std::span<const specdec::Token> prompt, std::string shown_prompt)
-        : stream_(vocabulary, {.stop_strings = std::move(reverse_prompts), .include_stop = true}, prompt),
+        : vocabulary_(vocabulary), stream_(vocabulary, {.stop_strings = std::move(reverse_prompts), .include_stop = true}, prompt),
           shown_prompt_(std::move(shown_prompt)) {}
 
     std::string push(specdec::Token token) {
@@ -427,11 +453,53 @@ public:
     [[nodiscard]] bool stopped() const { return stream_.end() == specdec::text::TextEnd::stop_string; }
     // What is printed before the generated text: the prompt as formatted (--chat) or as given.
     [[nodiscard]] std::string prompt_text(const std::string&) const { return shown_prompt_; }
+    [[nodiscard]] const Vocabulary& vocabulary() const { return vocabulary_; }
 
 private:
+    const Vocabulary& vocabulary_;
     specdec::text::TextStream<Vocabulary> stream_;
     std::string shown_prompt_;
 };
+
+// A token's text for a table: quoted; control bytes and bytes that are not
+// part of a whole UTF-8 character (a piece of a split character) escaped.
+template <class Vocabulary>
+std::string quoted_piece(const Vocabulary& vocabulary, specdec::Token token) {
+    const std::string_view text(vocabulary.token_text(token));
+    std::string out = "'";
+    for (std::size_t i = 0; i < text.size();) {
+        const specdec::detail::Utf8Char character = specdec::detail::next_utf8_char(text, i);
+        const auto byte = static_cast<unsigned char>(text[i]);
+        if (byte == '\n') {
+            out += "\\n";
+        } else if (!character.valid || byte < 0x20 || byte == 0x7f) {
+            char escaped[8];
+            std::snprintf(escaped, sizeof escaped, "\\x%02x", byte);
+            out += escaped;
+        } else {
+            if (byte == '\'' || byte == '\\') out += '\\';
+            out.append(text.substr(i, character.length));
+        }
+        i += character.length;
+    }
+    return out + "'";
+}
+
+// --logprobs: one line per generated token (its id, text and logprob, then
+// its row's most probable tokens), to stderr after the text.
+template <class Vocabulary>
+void print_logprobs(const Vocabulary& vocabulary, const std::vector<specdec::TokenLogprob>& logprobs) {
+    std::fprintf(stderr, "logprobs: token, logprob | the row's most probable tokens\n");
+    for (std::size_t i = 0; i < logprobs.size(); ++i) {
+        const specdec::TokenLogprob& entry = logprobs[i];
+        std::fprintf(stderr, "%5zu %6d %-16s %9.4f", i, entry.token, quoted_piece(vocabulary, entry.token).c_str(),
+                     static_cast<double>(entry.logprob));
+        if (!entry.top.empty()) std::fprintf(stderr, " |");
+        for (const specdec::TopLogprob& top : entry.top)
+            std::fprintf(stderr, " %s %.4f", quoted_piece(vocabulary, top.token).c_str(), static_cast<double>(top.logprob));
+        std::fprintf(stderr, "\n");
+    }
+}
 
 template <class Text>
 std::string stop_description(const Text& text, specdec::StopReason reason) {
@@ -463,6 +531,13 @@ int generate(const Options& o, Model& target, Model* draft, const std::vector<sp
         .seed = seed,
         .max_new_tokens = o.new_tokens,
     };
+    std::optional<specdec::RegexConstraint> grammar;
+    if (o.grammar_regex) {
+        // Ends only at an end-of-generation token, once the text matches the whole pattern.
+        grammar.emplace(*o.grammar_regex, specdec::vocabulary_token_texts(text.vocabulary()), stop_tokens);
+        options.sampling.constraint = &*grammar;
+    }
+    if (o.logprobs) options.logprobs = {.enabled = true, .top_n = *o.logprobs};
     if (!o.ignore_eos) options.stop_tokens = std::move(stop_tokens);
 
     // Returns false when the text says generation ends (a reverse prompt).
@@ -506,6 +581,7 @@ int generate(const Options& o, Model& target, Model* draft, const std::vector<sp
                  draft != nullptr ? o.draft.filename().string().c_str() : "no draft model", length.c_str(), o.temperature,
                  static_cast<unsigned long long>(seed), stop_description(text, result.stop_reason).c_str());
     print_stats(method, result.stats, !o.autoregressive);
+    if (o.logprobs) print_logprobs(text.vocabulary(), result.logprobs);
 
     if (o.check_autoregressive) {
         target.truncate(0);  // a fresh decoder: start from an empty cache
