@@ -11,8 +11,9 @@
 // -r/--reverse-prompt TEXT stops generation right after TEXT appears in the
 // output (text matched across tokens, as llama.cpp's reverse prompt). The text
 // streams through specdec/text/ with either engine. --chat formats -p (and -sys) with the target's chat
-// template (tokenizer.chat_template: ChatML, Llama 3, Mistral) and stops at
-// the end of the assistant's turn.
+// template (tokenizer.chat_template: ChatML, Llama 3, Mistral with specdec's
+// engine, llama_chat_apply_template's list with llama.cpp's) and stops at the
+// end of the assistant's turn.
 //
 // --grammar-regex PATTERN keeps the output inside PATTERN (a RegexConstraint
 // over the vocabulary's token texts; docs/constraints.md); --logprobs N prints
@@ -55,6 +56,7 @@
 #include <specdec/text/text_stream.hpp>
 #ifdef SPECDEC_WITH_LLAMA_CPP
 #include <specdec/adapters/llama_cpp.hpp>
+#include <specdec/text/llama_cpp_chat.hpp>
 #include <specdec/text/llama_cpp_vocabulary.hpp>
 #endif
 
@@ -163,19 +165,14 @@ const std::vector<GenerateFlag>& generate_flags() {
          }},
         {{"--chat"}, "",
          "-p is a user message: format it with the target's chat template\n"
-         "(tokenizer.chat_template: ChatML, Llama 3, Mistral; specdec engine)",
+         "(tokenizer.chat_template; specdec: ChatML, Llama 3, Mistral; --engine llama.cpp:\n"
+         "llama.cpp's llama_chat_apply_template) and stop at the end of the turn",
          [](Options& o, V, V) { o.chat = true; }},
         {{"--chat-template"}, "NAME",
          "with --chat, the template family instead of the file's: chatml, llama3, mistral-v1,\n"
-         "mistral-v3, mistral-v3-tekken, mistral-v7, mistral-v7-tekken",
-         [](Options& o, V f, V v) {
-             try {
-                 (void)specdec::text::ChatTemplate::from_name(v);
-             } catch (const specdec::Error& error) {
-                 throw UsageError(std::string(f) + ": " + error.what());
-             }
-             o.chat_template = std::string(v);
-         }},
+         "mistral-v3, mistral-v3-tekken, mistral-v7, mistral-v7-tekken (--engine llama.cpp:\n"
+         "any of llama.cpp's built-in names)",
+         [](Options& o, V, V v) { o.chat_template = std::string(v); }},
         {{"-sys", "--system-prompt"}, "TEXT", "with --chat, a system message before the user's",
          [](Options& o, V, V v) { o.system_prompt = std::string(v); }},
         {{"-n", "--n-predict"}, "N", "tokens to generate (default 128)",
@@ -332,8 +329,13 @@ Options parse(int argc, char** argv) {
     if (o.block_rule && o.rule_given && o.tree) throw UsageError("--rule applies to a chain of drafts; a --tree is verified by recursive rejection");
     if (o.autoregressive && o.check_autoregressive) throw UsageError("--autoregressive and --check-autoregressive exclude each other");
     if (o.tree && o.autoregressive) throw UsageError("--tree and --autoregressive exclude each other");
-    if (o.chat && o.engine != cli::Engine::specdec)
-        throw UsageError("--chat uses specdec's tokenizer and chat templates: expected --engine specdec");
+    if (o.chat_template && o.engine == cli::Engine::specdec) {
+        try {
+            (void)specdec::text::ChatTemplate::from_name(*o.chat_template);
+        } catch (const specdec::Error& error) {
+            throw UsageError(std::string("--chat-template: ") + error.what());
+        }
+    }
     if (o.system_prompt && !o.chat) throw UsageError("-sys is a chat message: expected --chat");
     if (o.chat_template && !o.chat) throw UsageError("--chat-template formats a chat: expected --chat");
     if (o.grammar_regex && o.tree)
@@ -659,11 +661,27 @@ int run_llama_cpp(const Options& o) {
         draft.emplace(specdec::LlamaCppModel::from_gguf(o.draft.string(), model_options, params));
         specdec::check_same_vocabulary(target, *draft);
     }
-    // BOS where the model's tokenizer asks for it, as llama.cpp's own tools tokenise.
-    const std::vector<specdec::Token> prompt = target.tokenize(o.prompt, /*add_bos=*/true);
+    std::string prompt_text = o.prompt;
+    std::vector<specdec::Token> prompt;
+    if (o.chat) {
+        // llama.cpp's own template code, with the file's template or the named one.
+        std::vector<specdec::text::ChatMessage> messages;
+        if (o.system_prompt) messages.push_back({"system", *o.system_prompt});
+        messages.push_back({"user", o.prompt});
+        const std::optional<std::string> chat_template =
+            o.chat_template ? o.chat_template : specdec::text::llama_cpp_chat_template(target.model());
+        if (!chat_template) {
+            throw specdec::Error(o.target.string() + " has no tokenizer.chat_template: pass --chat-template NAME (e.g. chatml)");
+        }
+        prompt_text = specdec::text::llama_cpp_apply_chat(*chat_template, messages);
+        prompt = target.tokenize(prompt_text, target.add_bos(), /*parse_special=*/true);
+    } else {
+        // BOS where the model's tokenizer asks for it, as llama.cpp's own tools tokenise.
+        prompt = target.tokenize(o.prompt, /*add_bos=*/true);
+    }
     // Each token's piece once (llama_token_to_piece), streamed as llama.cpp's tools print it.
     const specdec::text::LlamaCppVocabulary vocabulary(target.vocabulary());
-    StreamedText<specdec::text::LlamaCppVocabulary> text(vocabulary, o.reverse_prompts, prompt, o.prompt);
+    StreamedText<specdec::text::LlamaCppVocabulary> text(vocabulary, o.reverse_prompts, prompt, prompt_text);
     // Every end-of-generation token (EOS, EOT, ...) stops, as in llama.cpp.
     return generate(o, target, draft ? &*draft : nullptr, prompt, target.stop_tokens(), text);
 }

@@ -11,6 +11,9 @@
 #include "specdec/formats/gguf_writer.hpp"
 #include "specdec/text/chat_template.hpp"
 #include "support/catch.hpp"
+#ifdef SPECDEC_TEXT_WITH_LLAMA_CPP
+#include "specdec/text/llama_cpp_chat.hpp"
+#endif
 
 using specdec::text::ChatFamily;
 using specdec::text::ChatMessage;
@@ -22,6 +25,29 @@ const std::vector<ChatMessage> kConversation = {
     {"system", "You are a helpful assistant"}, {"user", "Hello"},
     {"assistant", "Hi there"},                 {"user", "Who are you"},
     {"assistant", "   I am an assistant   "},  {"user", "Another question"},
+};
+
+// Template sources (as GGUF files carry them, abridged to their markers) and
+// the family each one is.
+const std::vector<std::pair<std::string, ChatFamily>> kSources = {
+    {"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+     "'<|im_end|>' + '\\n'}}{% endfor %}",
+     ChatFamily::chatml},
+    {"{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+     "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}",
+     ChatFamily::llama3},
+    {"{%- if loop.first and system_message is defined %}{{- ' [INST] ' + system_message + '\\n\\n' + "
+     "message['content'] + ' [/INST]' }}",
+     ChatFamily::mistral_v1},
+    {"{%- if message['role'] == 'user' %}{%- if tools is not none %}{{- \"[AVAILABLE_TOOLS] [\" }}{%- endif %}"
+     "{{- \"[INST] \" + message[\"content\"] + \"[/INST]\" }}",
+     ChatFamily::mistral_v3},
+    {"{{- \"[AVAILABLE_TOOLS][\" }}{{- \"[INST]\" + message[\"content\"] + \"[/INST]\" }}",
+     ChatFamily::mistral_v3_tekken},
+    {"{{- '[SYSTEM_PROMPT]' + system_message + '[/SYSTEM_PROMPT]' }}{{- '[INST]' + message['content'] + "
+     "'[/INST]' }}",
+     ChatFamily::mistral_v7},
+    {"mistral-v3", ChatFamily::mistral_v3},
 };
 
 std::string error_of(auto&& action) {
@@ -79,26 +105,7 @@ TEST_CASE("Each chat family formats a conversation as llama.cpp does", "[text][c
 }
 
 TEST_CASE("Chat templates are recognised from their sources, and others refused", "[text][chat]") {
-    const std::vector<std::pair<std::string, ChatFamily>> sources = {
-        {"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-         "'<|im_end|>' + '\\n'}}{% endfor %}",
-         ChatFamily::chatml},
-        {"{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
-         "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}",
-         ChatFamily::llama3},
-        {"{%- if loop.first and system_message is defined %}{{- ' [INST] ' + system_message + '\\n\\n' + "
-         "message['content'] + ' [/INST]' }}",
-         ChatFamily::mistral_v1},
-        {"{%- if message['role'] == 'user' %}{%- if tools is not none %}{{- \"[AVAILABLE_TOOLS] [\" }}{%- endif %}"
-         "{{- \"[INST] \" + message[\"content\"] + \"[/INST]\" }}",
-         ChatFamily::mistral_v3},
-        {"{{- \"[AVAILABLE_TOOLS][\" }}{{- \"[INST]\" + message[\"content\"] + \"[/INST]\" }}",
-         ChatFamily::mistral_v3_tekken},
-        {"{{- '[SYSTEM_PROMPT]' + system_message + '[/SYSTEM_PROMPT]' }}{{- '[INST]' + message['content'] + "
-         "'[/INST]' }}",
-         ChatFamily::mistral_v7},
-        {"mistral-v3", ChatFamily::mistral_v3},
-    };
+    const auto& sources = kSources;
     for (const auto& [source, family] : sources) {
         INFO(source);
         CHECK(ChatTemplate::detect(source).family() == family);
@@ -161,3 +168,25 @@ TEST_CASE("A GGUF's tokenizer.chat_template selects the family; the prompt encod
     const std::string missing = error_of([&] { (void)ChatTemplate::from_gguf(specdec::gguf::File::open(path)); });
     CHECK(missing.find("no tokenizer.chat_template") != std::string::npos);
 }
+
+#ifdef SPECDEC_TEXT_WITH_LLAMA_CPP
+TEST_CASE("Every chat family formats as llama.cpp's llama_chat_apply_template, by name and from its source",
+          "[text][chat][llama_cpp]") {
+    for (const std::string_view name : {"chatml", "llama3", "mistral-v1", "mistral-v3", "mistral-v3-tekken", "mistral-v7",
+                                        "mistral-v7-tekken"}) {
+        INFO(name);
+        const ChatTemplate chat = ChatTemplate::from_name(name);
+        for (const bool add_assistant : {true, false}) {
+            CHECK(chat.apply(kConversation, add_assistant) ==
+                  specdec::text::llama_cpp_apply_chat(std::string(name), kConversation, add_assistant));
+        }
+    }
+    // From the template source: the family we detect formats as llama.cpp does with the source itself.
+    for (const auto& [source, family] : kSources) {
+        INFO(source);
+        CHECK(ChatTemplate::detect(source).apply(kConversation) == specdec::text::llama_cpp_apply_chat(source, kConversation));
+    }
+    CHECK_THROWS_WITH(specdec::text::llama_cpp_apply_chat("{{ no known markers }}", kConversation),
+                      Catch::Matchers::Contains("llama.cpp does not support the chat template"));
+}
+#endif

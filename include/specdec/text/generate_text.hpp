@@ -21,6 +21,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -39,6 +40,18 @@ enum class TextStopReason {
     context_full,       // the target's context has no room left
     callback,           // on_piece returned false
 };
+
+[[nodiscard]] constexpr std::string_view to_string(TextStopReason reason) {
+    switch (reason) {
+        case TextStopReason::max_new_tokens: return "max_new_tokens";
+        case TextStopReason::stop_string: return "stop_string";
+        case TextStopReason::end_of_generation: return "end_of_generation";
+        case TextStopReason::stop_token: return "stop_token";
+        case TextStopReason::context_full: return "context_full";
+        case TextStopReason::callback: return "callback";
+    }
+    return "unknown";
+}
 
 struct TextResult {
     std::string text;
