@@ -33,15 +33,24 @@ double chain_rate(double alpha, std::size_t k, const specdec::TreeCosts& costs) 
 // instead of wall-clock times (a target pass over n tokens costs
 // target_pass(n), a draft pass 0.05), so that its choices do not depend on the
 // machine's load.
+// branching_penalty: seconds a step with siblings costs beyond its passes (a
+// cost the optimiser's prices do not see).
 struct FixedCostAutoTree {
     specdec::AutoTree* policy;
     std::function<double(std::size_t)> target_pass;
+    double branching_penalty = 0.0;
+    std::size_t branching_steps = 0, steps = 0;
     TreeShape plan(std::size_t max_depth, std::uint64_t position) { return policy->plan(max_depth, position); }
     void observe(specdec::TreeStepOutcome outcome) {
         outcome.draft_seconds = 0.05 * static_cast<double>(outcome.draft_passes);
         outcome.target_seconds = target_pass(outcome.target_width);
         outcome.acceptance_seconds = 0.0;
         outcome.total_seconds = outcome.draft_seconds + outcome.target_seconds;
+        ++steps;
+        if (outcome.nodes > outcome.depth) {
+            outcome.total_seconds += branching_penalty;
+            ++branching_steps;
+        }
         policy->observe(outcome);
     }
 };
@@ -125,6 +134,39 @@ TEST_CASE("AutoTree learns a tree on cheap wide passes and a short chain on dear
         CHECK(branching == c.expect_branching);
         if (!c.expect_branching) CHECK(plan.shape.size() <= 2);
     }
+}
+
+TEST_CASE("AutoTree drafts its best chain while branching steps cost more than their price says", "[tree][policy]") {
+    // Cheap wide passes: the optimiser's prices favour a bushy tree (the case
+    // above). A branching step costs 1.5 more than its passes, which the
+    // prices never see: the correction from realised seconds must turn the
+    // policy to chains, and with the correction off it keeps drafting trees.
+    const auto cheap = [](std::size_t n) { return 1.0 + 0.01 * static_cast<double>(n); };
+    for (const double realised_decay : {0.9, 0.0}) {
+        specdec::AutoTree policy({.max_nodes = 16, .max_depth = 6, .realised_decay = realised_decay});
+        ToyLM target({.vocab = 12, .seed = 21, .sharpness = 1.0});
+        ToyLM draft({.vocab = 12, .seed = 21, .sharpness = 1.0, .noise_seed = 4, .noise = 0.9});
+        specdec::TreeSpeculativeDecoder<ToyLM, ToyLM, specdec::RecursiveRejection, FixedCostAutoTree> decoder(
+            specdec::target(target), specdec::draft(draft), {.sampling = {.temperature = 1.0}, .max_new_tokens = 400},
+            FixedCostAutoTree{&policy, cheap, 1.5});
+        (void)decoder.generate(std::vector<Token>{1, 2});
+        const FixedCostAutoTree& costs = decoder.policy();
+        INFO("realised_decay " << realised_decay << ": " << costs.branching_steps << " branching steps of " << costs.steps
+                               << ", plan " << policy.current_plan().shape.describe());
+        REQUIRE(costs.steps > 50);
+        if (realised_decay > 0.0) {
+            CHECK(policy.tree_cost_correction() > 1.5 * policy.chain_cost_correction());
+            CHECK(policy.trees_trail_chains());
+            CHECK(policy.current_plan().shape.is_chain());
+            // Branching only in the warm-up, the explorations and the rival's steps (one in 16 each).
+            CHECK(costs.branching_steps <= 2 + 2 * (costs.steps / 16 + 1));
+        } else {
+            CHECK_FALSE(policy.trees_trail_chains());
+            CHECK_FALSE(policy.current_plan().shape.is_chain());
+            CHECK(costs.branching_steps > costs.steps / 2);
+        }
+    }
+    CHECK_THROWS_WITH(specdec::AutoTree({.realised_decay = 1.0}), Catch::Matchers::Contains("realised_decay"));
 }
 
 TEST_CASE("AutoTree stays exact: its shapes depend only on earlier steps", "[tree][policy][exactness]") {

@@ -54,6 +54,8 @@ public:
         if (max_depth == 0) return proposal;
         greedy_ = request.sampling.greedy();
 
+        if (shape.is_chain()) return propose_chain(request, max_depth, std::move(proposal));
+
         shape_children_.assign(shape.size() + 1, 0);
         for (std::size_t s = 0; s < shape.size(); ++s) ++shape_children_[static_cast<std::size_t>(shape.parent(s) + 1)];
 
@@ -129,6 +131,32 @@ public:
     }
 
 private:
+    // A chain drafts as ModelDrafter does: one pass a depth that appends its
+    // token to the draft's cache, so the next step feeds only what the target
+    // committed beyond the accepted drafts (a tree pass is discarded, and its
+    // accepted path fed again). Tokens are drawn as for a tree of one child
+    // per node.
+    TreeProposal propose_chain(const TreeDraftRequest& request, std::size_t depth, TreeProposal proposal) {
+        const std::size_t history = request.history.size();
+        LogitsView logits = cache_.forward_last(cache_.uncached_suffix(request.history));
+        expansions_.assign(1, Expansion{});
+        for (std::size_t node = 0; node < depth; ++node) {
+            if (node > 0) logits = cache_.forward(std::span<const Token>(proposal.tokens).subspan(node - 1, 1));
+            ++proposal.forward_passes;
+            check_vocab(logits);
+            Expansion& expansion = expansions_[0];
+            expand(expansion, logits.last_row(), 1, history + node, request.sampling, proposal);
+            const double u = request.rng.uniform(history, RandomPurpose::tree_draft, static_cast<std::uint32_t>(node));
+            const std::optional<Token> token = draw(expansion, u, proposal);
+            if (!token) break;
+            proposal.tokens.push_back(*token);
+            proposal.parents.push_back(static_cast<std::int32_t>(node) - 1);
+            proposal.distribution_of.push_back(expansion.row);
+        }
+        if (greedy_) proposal.distribution_of.clear();
+        return proposal;
+    }
+
     // The candidates of one expanded node: at T > 0 its q (row `row` of the
     // proposal) minus the tokens drawn so far; at T = 0 its top tokens.
     struct Expansion {

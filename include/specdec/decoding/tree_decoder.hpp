@@ -101,11 +101,15 @@ public:
         check_proposal(tree, shape);
         count_proposal(stats, tree);
 
-        // One tree pass: the uncached history as a chain, then the tree under its last token.
+        // One tree pass: the uncached history as a chain, then the tree under
+        // its last token. A chain-shaped tree is one causal pass (forward),
+        // the cache then rolled back to the accepted path, as a chain step.
         const std::size_t chain = this->feed_pass(step, tree.tokens);
-        const LogitsView logits =
-            detail::timed(stats.target_seconds,
-                          [&] { return target_.forward_tree(feed_, detail::tree_pass_parents(chain, tree, parents_)); });
+        const bool causal = detail::is_chain(tree);
+        const LogitsView logits = detail::timed(stats.target_seconds, [&] {
+            return causal ? target_.forward(feed_)
+                          : target_.forward_tree(feed_, detail::tree_pass_parents(chain, tree, parents_));
+        });
         const TreeVerdict verdict = detail::timed(stats.acceptance_seconds, [&] {
             rows_.reset(logits, chain - 1, index_, options_.sampling, step.committed);
             return options_.sampling.greedy() ? accept_tree_greedy(tree, rows_, index_) : rule_(tree, rows_, index_, rng);
@@ -113,7 +117,8 @@ public:
         detail::check_tree_path(verdict.path, tree);
 
         // Commit the uncached chain and the accepted path; the next token stays pending.
-        target_.commit_tree(detail::tree_pass_commit(chain, verdict.path, commit_), feed_);
+        if (causal) target_.truncate(step.committed + verdict.path.size());
+        else target_.commit_tree(detail::tree_pass_commit(chain, verdict.path, commit_), feed_);
         const auto token_of = [&tree](std::int32_t node) { return tree.tokens[static_cast<std::size_t>(node)]; };
         this->emit(step, verdict.path | std::views::transform(token_of), verdict.next_token, on_token);
         count_tests(verdict.path, tree, stats);

@@ -15,6 +15,14 @@
 
 namespace specdec::detail {
 
+// Whether every node of `tree` is the child of the one before it (a chain:
+// the pass can be causal).
+inline bool is_chain(const TreeProposal& tree) {
+    for (std::size_t i = 0; i < tree.parents.size(); ++i)
+        if (tree.parents[i] != static_cast<std::int32_t>(i) - 1) return false;
+    return true;
+}
+
 // forward_tree's parents for the chain followed by the tree (into `out`).
 inline std::span<const std::int32_t> tree_pass_parents(std::size_t chain, const TreeProposal& tree,
                                                        std::vector<std::int32_t>& out) {

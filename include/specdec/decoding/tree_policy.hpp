@@ -174,12 +174,20 @@ struct TreePlan {
 //   r, o     acceptance work per verified row and the rest of a step
 //            (a step priced by step_seconds(), as AutoLength's).
 // The first warmup_steps steps draft the warmup shape and short chains in
-// turn; then every step drafts
-// the optimiser's tree, and one step in explore_every drafts a slightly larger
-// one (two more nodes, one more depth at most) chosen as if unmeasured slots
-// had their neighbours' full acceptance, so that wider and deeper trees keep
-// being measured. Shapes depend on measured times, so two runs with one seed
-// may draft differently (each run is still exact).
+// turn; then every step drafts the optimiser's tree, and one step in
+// explore_every explores: in turn a chain one deeper than the plan, and a
+// slightly larger tree (two more nodes, one more depth at most) chosen as if
+// unmeasured slots had their neighbours' full acceptance, so that longer
+// chains and wider, deeper trees keep being measured. The prices cannot see every cost of a tree step on every
+// machine (a tree pass's attention, the draft's tree discarded and fed again),
+// so each kind of step, branching or chain, carries a correction: its
+// realised seconds over its predicted seconds (decayed sums). A branching plan
+// runs only while its corrected rate beats its best chain's; one step in
+// explore_every, half-way between explorations, drafts the rival (the chain
+// while the tree runs, the tree while the chain does) so that both
+// corrections stay current.
+// Shapes depend on measured times, so two runs with one seed may draft
+// differently (each run is still exact).
 class AutoTree {
 public:
     struct Options {
@@ -190,6 +198,9 @@ public:
         std::size_t explore_every = 16;
         double decay = 0.98;
         double prior_strength = 4.0;
+        // Weight of a step's realised and predicted seconds after each later
+        // step of its kind (branching or chain); 0 turns the correction off.
+        double realised_decay = 0.9;
     };
 
     AutoTree() : AutoTree(Options{}) {}
@@ -198,6 +209,11 @@ public:
         if (!(options_.decay > 0.0 && options_.decay <= 1.0)) {
             std::ostringstream message;
             message << "invalid AutoTree decay = " << options_.decay << ": expected a value in (0, 1]";
+            throw Error(message.str());
+        }
+        if (!(options_.realised_decay >= 0.0 && options_.realised_decay < 1.0)) {
+            std::ostringstream message;
+            message << "invalid AutoTree realised_decay = " << options_.realised_decay << ": expected a value in [0, 1)";
             throw Error(message.str());
         }
         if (options_.max_depth == 0 || options_.max_nodes == 0) {
@@ -213,18 +229,33 @@ public:
         // so that the cost model starts from several pass widths: from the
         // warmup's width alone every narrower tree would cost as much (the
         // cost model's bound below the narrowest width) and never be timed.
+        planned_seconds_ = 0.0;  // warm-up shapes are not priced
         if (steps_ < options_.warmup_steps)
             return (steps_ % 2 == 0 ? options_.warmup : TreeShape::chain(1 + steps_ / 2)).truncated(max_depth);
         const std::size_t depth = std::min(max_depth, options_.max_depth);
-        last_plan_ = optimise(depth, options_.max_nodes, false);
-        const bool explore = options_.explore_every > 0 && steps_ % options_.explore_every == 0;
-        if (!explore) return last_plan_.shape;
-        // A little beyond the plan (two more nodes, one more depth), where
+        const Contest contest = contest_for(depth);
+        last_plan_ = contest.trees_trail ? contest.chain : contest.tree;
+        const std::size_t every = options_.explore_every;
+        // Half-way between explorations, a branching plan's rival runs (the
+        // best chain, or the tree while chains lead), so that both realised
+        // rates stay current.
+        if (every > 0 && steps_ % every == every / 2 && !contest.tree.shape.is_chain())
+            return priced(contest.trees_trail ? contest.tree : contest.chain);
+        if (every == 0 || steps_ % every != 0) return priced(last_plan_);
+        // Explorations alternate. A chain one deeper than the plan: the
+        // prices learn from chains only, and a width never timed is priced as
+        // compute-bound, so the next width must be timed on purpose. Then a
+        // little beyond the plan (two more nodes, one more depth), where
         // unmeasured slots are promised their neighbours' full acceptance:
         // adjacent widths and ranks get measured without paying for a far
         // larger pass.
         const TreeShape& planned = last_plan_.shape;
-        return optimise(std::min(depth, planned.depth() + 1), planned.size() + 2, true).shape;
+        const std::size_t deeper = std::min(depth, planned.depth() + 1);
+        if (++explorations_ % 2 == 1) {
+            const TreeShape chain = TreeShape::chain(deeper);
+            return priced(TreePlan{chain, 1.0, step_seconds(costs_, SingleSequenceRounds{}.of(deeper), deeper + 1)});
+        }
+        return priced(optimise(deeper, planned.size() + 2, true));
     }
 
     void observe(const TreeStepOutcome& outcome) {
@@ -237,7 +268,13 @@ public:
                                   has_accepted ? static_cast<double>(outcome.accepted_at[d][r]) : 0.0);
             }
         }
-        costs_.observe(outcome, options_.decay);
+        // The prices are learned from chain steps only (causal passes, drafts
+        // kept in the draft's cache); what a branching step costs beyond its
+        // price is its kind's correction.
+        const bool chain = outcome.nodes == outcome.depth;  // no node has a sibling (or no drafts)
+        if (chain || options_.realised_decay == 0.0) costs_.observe(outcome, options_.decay);
+        if (planned_seconds_ > 0.0 && outcome.total_seconds > 0.0)
+            (chain ? chain_cost_ : tree_cost_).add(outcome.total_seconds, planned_seconds_, options_.realised_decay);
     }
 
     // What the policy currently believes (for reports).
@@ -246,7 +283,16 @@ public:
     }
     [[nodiscard]] std::size_t steps_observed() const { return steps_; }
     // The optimiser's plan for an unbounded step, from what was measured so far.
-    [[nodiscard]] TreePlan current_plan() const { return optimise(options_.max_depth, options_.max_nodes, false); }
+    [[nodiscard]] TreePlan current_plan() const {
+        const Contest contest = contest_for(options_.max_depth);
+        return contest.trees_trail ? contest.chain : contest.tree;
+    }
+    // Whether the optimiser's tree, its price corrected by what branching
+    // steps realised, is slower than its best chain (which then runs instead).
+    [[nodiscard]] bool trees_trail_chains() const { return contest_for(options_.max_depth).trees_trail; }
+    // Realised over predicted seconds of branching and of chain steps (1 before any).
+    [[nodiscard]] double tree_cost_correction() const { return tree_cost_.value(); }
+    [[nodiscard]] double chain_cost_correction() const { return chain_cost_.value(); }
     // Its predicted tokens per second relative to autoregressive decoding.
     [[nodiscard]] double predicted_speedup() const {
         const TreePlan plan = current_plan();
@@ -256,12 +302,51 @@ public:
 private:
     static constexpr double kSiblingPrior = 0.5;  // a later sibling: half the one before it, until measured
 
-    [[nodiscard]] TreePlan optimise(std::size_t max_depth, std::size_t max_nodes, bool optimistic) const {
+    // Decayed sums of one kind of step's realised and predicted seconds.
+    struct CostCorrection {
+        double realised = 0.0, predicted = 0.0;
+        void add(double realised_seconds, double predicted_seconds, double decay) {
+            realised = decay * realised + realised_seconds;
+            predicted = decay * predicted + predicted_seconds;
+        }
+        [[nodiscard]] double value() const { return predicted > 0.0 ? realised / predicted : 1.0; }
+    };
+
+    // Returns plan's shape, remembering its price for observe().
+    const TreeShape& priced(const TreePlan& plan) {
+        planned_seconds_ = plan.cost;
+        returned_ = plan.shape;
+        return returned_;
+    }
+
+    // The optimiser's tree and, when it branches, its best chain, and whether
+    // branching steps have realised fewer tokens per second than chain steps.
+    struct Contest {
+        TreePlan tree, chain;
+        bool trees_trail = false;
+    };
+    [[nodiscard]] Contest contest_for(std::size_t max_depth) const {
+        Contest contest;
+        contest.tree = optimise(max_depth, options_.max_nodes, false);
+        if (contest.tree.shape.is_chain()) {
+            contest.chain = contest.tree;
+            return contest;
+        }
+        contest.chain = optimise(max_depth, options_.max_nodes, false, true);
+        contest.trees_trail = options_.realised_decay > 0.0 &&
+                              contest.tree.rate() / tree_cost_.value() < contest.chain.rate() / chain_cost_.value();
+        return contest;
+    }
+
+    // chain_only: every sibling after the first is priced as never accepted.
+    [[nodiscard]] TreePlan optimise(std::size_t max_depth, std::size_t max_nodes, bool optimistic,
+                                    bool chain_only = false) const {
         // Memoised estimates: the optimiser asks for the same slots many times.
         const std::size_t ranks = max_nodes;
         const double sibling_prior = optimistic ? 1.0 : kSiblingPrior;
         std::vector<double> table((max_depth + 1) * (ranks + 1), -1.0);
         auto acceptance = [&](std::size_t d, std::size_t r) {
+            if (chain_only && r > 0) return 0.0;
             if (d > max_depth || r > ranks) return acceptance_.at(d, r, sibling_prior);
             double& slot = table[d * (ranks + 1) + r];
             if (slot < 0.0) slot = acceptance_.at(d, r, sibling_prior);
@@ -277,6 +362,10 @@ private:
     AcceptanceEstimate acceptance_;
     PassCosts costs_;
     TreePlan last_plan_;
+    CostCorrection chain_cost_, tree_cost_;
+    double planned_seconds_ = 0.0;  // the price of the shape plan() last returned (0: unpriced)
+    std::size_t explorations_ = 0;
+    TreeShape returned_;
 };
 
 }  // namespace specdec
