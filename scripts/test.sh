@@ -10,14 +10,16 @@
 #      generated tokens each under the sanitizers, 100k in a plain build; on
 #      their own: ./build/tests/specdec_model_tests "[soak]");
 #   3. the model and thread-pool tests under ThreadSanitizer (build-tsan/),
-#      but for the [slow] cases on the 100m model.
+#      but for the [slow] cases on the 100m model and the float64 reference
+#      comparisons.
 # The suite of stage 1 includes the fuzz targets replaying their committed
 # corpora; SPECDEC_FUZZ_SECONDS=N also fuzzes each target for N seconds with
 # libFuzzer at the end (scripts/fuzz.sh, clang, build-fuzz/).
 #
-# SPECDEC_QUICK=1: a first green in a few minutes: a plain Release build
-# without sanitizers, llama.cpp or CUDA, and the test suite only (no soak,
-# no ThreadSanitizer). CI runs the full command.
+# SPECDEC_QUICK=1: a first green in a few minutes: a plain Release build of
+# the library's tests and the examples, without sanitizers, llama.cpp, CUDA,
+# the tools (specdec-generate, specdec-server) or specdec-bench, and the test
+# suite only (no soak, no ThreadSanitizer). CI runs the full command.
 # SPECDEC_SANITIZERS=0 builds the tests without sanitizers and runs stages 1
 # and 2 only (for compilers without the sanitizer runtimes).
 set -euo pipefail
@@ -63,6 +65,8 @@ if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
 
 cuda_args=(-DSPECDEC_CUDA=OFF)
 [ "$quick" != 0 ] || source scripts/cuda-arch.sh
+programs=()
+[ "$quick" = 0 ] || programs=(-DSPECDEC_BUILD_TOOLS=OFF -DSPECDEC_BUILD_BENCHMARKS=OFF)
 address=OFF
 [ "$sanitizers" = 0 ] || address=address
 # llama.cpp for the adapter and its tests, from its pinned source package
@@ -75,7 +79,7 @@ if [ "$with_llama_cpp" != 0 ]; then
 fi
 stage "build (tests under sanitizers: $address)"
 cmake "${generator[@]}" -S . -B build -DCMAKE_BUILD_TYPE=Release -DSPECDEC_SANITIZE="$address" \
-  "${cuda_args[@]}" "${llama_args[@]}"
+  "${cuda_args[@]}" "${llama_args[@]}" "${programs[@]}"
 cmake --build build -j"$jobs"
 stage "test suite"
 ctest --test-dir build --no-tests=error --output-on-failure -j"$jobs"
@@ -99,8 +103,11 @@ tsan_generator=("${generator[@]}")
 cmake "${tsan_generator[@]}" -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPECDEC_SANITIZE=thread \
   -DSPECDEC_CUDA=OFF -DSPECDEC_BUILD_BENCHMARKS=OFF -DSPECDEC_BUILD_EXAMPLES=OFF -DSPECDEC_BUILD_TOOLS=OFF
 cmake --build build-tsan --target specdec_model_tests -j"$jobs"
-# One process, the [slow] 100m-model cases left out (TSan runs them ~10x slower).
-TSAN_OPTIONS="halt_on_error=1 ${TSAN_OPTIONS:-}" ./build-tsan/tests/specdec_model_tests "~[slow]~[soak]"
+# One process, the [slow] 100m-model cases left out (TSan runs them ~10x
+# slower), and so are the float64 reference comparisons: they run the same
+# passes on the same thread pool as the model cases that stay (the wide ones
+# included), with the float64 reference's arithmetic on top.
+TSAN_OPTIONS="halt_on_error=1 ${TSAN_OPTIONS:-}" ./build-tsan/tests/specdec_model_tests "~[slow]~[soak]~[reference]"
 
 fuzz_seconds="${SPECDEC_FUZZ_SECONDS:-0}"
 if [ "$fuzz_seconds" != 0 ]; then
