@@ -5,7 +5,7 @@
 # it also installs clang and its runtime libraries, which build the libFuzzer
 # targets (scripts/fuzz.sh).
 set -euo pipefail
-packages=(cmake g++ make ninja-build catch2 nlohmann-json3-dev libeigen3-dev libcpp-httplib-dev)
+packages=(cmake g++ make ninja-build catch2 nlohmann-json3-dev libeigen3-dev libcpp-httplib-dev python3-venv)
 [ "${SPECDEC_FUZZ_SECONDS:-0}" = 0 ] || packages+=(clang libclang-rt-14-dev)
 missing=()
 for package in "${packages[@]}"; do

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole check, as CI runs it. Installs what is missing, builds llama.cpp
+# The whole check, as CI runs it. Installs what is missing (and the pinned
+# openai Python package for the server's client test), builds llama.cpp
 # from its pinned source package (for the llama.cpp adapter; SPECDEC_LLAMA_CPP=0
 # skips it), builds everything (the CUDA backend too when nvcc is found;
 # without a GPU CTest reports its tests as skipped) and runs:
@@ -76,6 +77,12 @@ if [ "$with_llama_cpp" != 0 ]; then
   stage "llama.cpp from its pinned source package"
   ./scripts/build-llama-cpp.sh build-llama/prefix
   llama_args=(-DSPECDEC_LLAMA_CPP=ON -DCMAKE_PREFIX_PATH="$PWD/build-llama/prefix")
+fi
+# The official openai Python package (pinned, build/openai-venv), for the
+# server's client test; without PyPI that test is reported as skipped.
+if [ "$quick" = 0 ]; then
+  stage "the openai Python package, pinned, for the server's client test"
+  ./scripts/install-openai.sh build/openai-venv || echo "test.sh: could not install the openai package: its test will be skipped"
 fi
 stage "build (tests under sanitizers: $address)"
 cmake "${generator[@]}" -S . -B build -DCMAKE_BUILD_TYPE=Release -DSPECDEC_SANITIZE="$address" \

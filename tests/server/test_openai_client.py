@@ -1,8 +1,8 @@
 """specdec-server through the official openai Python package: completions,
 streaming, seeds, logprobs, chat's refusal on the synthetic pair arriving as
 the package's BadRequestError; with FIXTURES, chat (whole and streamed) on
-the qwen2 pair equal to the library's answer, and a stop string. Skips (exit code 77) where the package is not installed:
-    python3 -m venv build/openai-venv && build/openai-venv/bin/pip install openai==1.55.3
+the qwen2 pair equal to the library's answer, and a stop string. Skips (exit code 77) where the package is not installed
+(scripts/test.sh installs it; by hand: scripts/install-openai.sh build/openai-venv, then reconfigure).
 
     test_openai_client.py SERVER REFERENCE [FIXTURES]
 """
@@ -11,7 +11,7 @@ import sys
 try:
     import openai
 except ImportError:
-    print("SKIP: the openai package is not installed (pip install openai==1.55.3 in build/openai-venv)")
+    print("SKIP: the openai package is not installed (scripts/install-openai.sh build/openai-venv, then reconfigure)")
     sys.exit(77)
 
 from server_harness import Failures, Server, chat_reference, reference_tokens
