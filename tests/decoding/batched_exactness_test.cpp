@@ -786,6 +786,45 @@ TEST_CASE("a batched request's logprobs are those the single-sequence decoder re
     }
 }
 
+TEST_CASE("a batched request that fixes its length (Drafting::fixed) or drafts nothing (off) under AutoBatchLength is "
+          "exact among batch mates",
+          "[exactness][decoder][batched][length-policy]") {
+    // The policy plans the mates that leave their length to it; the measured
+    // request drafts its cap every step (reaching the deepest position in every
+    // sample) or nothing at all.
+    constexpr std::size_t k = 4;
+    const SamplingOptions sampling{.temperature = 1.0};
+    ToySlots target = toy_slots(target_options());
+    ToySlots draft = toy_slots(draft_options());
+    const ToyLM reference(target_options());
+    for (const specdec::Drafting drafting : {specdec::Drafting::fixed, specdec::Drafting::off}) {
+        const bool fixed = drafting == specdec::Drafting::fixed;
+        ScenarioCounts counts;
+        ExactnessSetup setup =
+            setup_for(fixed ? "batched, Drafting::fixed under AutoBatchLength" : "batched, Drafting::off under AutoBatchLength",
+                      kPrompt, k, reference, sampling);
+        if (!fixed) setup.draft_tokens = 0;  // sequences of k + 1 tokens all the same, no draft position to reach
+        const auto report = run_exactness(setup, [&](std::uint64_t seed) {
+            BatchedDecoder<ToySlots, ToySlots, specdec::TokenwiseRejection, specdec::AutoBatchLength> decoder(
+                specdec::target(target), specdec::draft(draft), {}, {}, deep_auto_policy(1));
+            return run_with_mates(
+                decoder, kPrompt,
+                {.draft_tokens = k, .sampling = sampling, .max_new_tokens = setup.length, .drafting = drafting}, seed, counts);
+        });
+        check_exact(report, fixed ? k : 0);
+        check_batched(counts);
+        // Its first step drafted the cap in every sample (fixed), or nothing (off).
+        const std::string lengths = draft_lengths_text(counts);
+        INFO("measured request's draft lengths (length:steps):" << lengths);
+        if (fixed) {
+            REQUIRE(counts.lengths.size() == k + 1);
+            CHECK(counts.lengths[k] >= counts.samples);
+        } else {
+            for (std::size_t n = 1; n < counts.lengths.size(); ++n) CHECK(counts.lengths[n] == 0);
+        }
+    }
+}
+
 TEST_CASE("batched plain decoding (NoDrafts) is exact per request among batch mates", "[exactness][decoder][batched]") {
     const SamplingOptions sampling{.temperature = 1.3, .top_k = 2};
     ToySlots target = toy_slots(target_options());

@@ -219,3 +219,43 @@ TEST_CASE("tested_at_position counts the drafts the rule tested when lengths var
     // steps were accepted), which made alpha of a varying length look lower.
     CHECK(shortcut > tested);
 }
+
+TEST_CASE("DecodingOptions::drafting: fixed drafts draft_tokens under AutoLength and repeats FixedLength's tokens; off "
+          "drafts nothing",
+          "[decoder][length-policy]") {
+    ToyLM target(target_options()), draft(draft_options());
+    const specdec::DecodingOptions base{.draft_tokens = 3, .sampling = {.temperature = 1.0}, .seed = 17, .max_new_tokens = 40};
+    specdec::SpeculativeDecoder fixed_length(specdec::target(target), specdec::draft(draft), base, specdec::FixedLength{});
+    const specdec::GenerationResult expected = fixed_length.generate(kPrompt);
+
+    // AutoLength would pick lengths from timings; Drafting::fixed takes draft_tokens every step instead.
+    specdec::DecodingOptions fixed = base;
+    fixed.drafting = specdec::Drafting::fixed;
+    for (int run = 0; run < 3; ++run) {
+        specdec::SpeculativeDecoder automatic(specdec::target(target), specdec::draft(draft), fixed);
+        const specdec::GenerationResult result = automatic.generate(kPrompt);
+        CHECK(result.tokens == expected.tokens);
+        CHECK(result.stats.draft_tokens_proposed == expected.stats.draft_tokens_proposed);
+    }
+
+    specdec::DecodingOptions off = base;
+    off.drafting = specdec::Drafting::off;
+    specdec::SpeculativeDecoder plain(specdec::target(target), specdec::draft(draft), off);
+    const specdec::GenerationResult none = plain.generate(kPrompt);
+    CHECK(none.tokens.size() == 40);
+    CHECK(none.stats.draft_tokens_proposed == 0);
+    CHECK(none.stats.draft_forward_passes == 0);
+    CHECK(none.stats.target_forward_passes == 40);
+
+    // Trees: off drafts no tree; a fixed length is a chain's notion and is refused by name.
+    specdec::TreeSpeculativeDecoder tree(specdec::target(target), specdec::draft(draft), off,
+                                         specdec::TreeShape::from_branching({2, 1}));
+    CHECK(tree.generate(kPrompt).stats.draft_tokens_proposed == 0);
+    CHECK_THROWS_WITH((specdec::TreeSpeculativeDecoder(specdec::target(target), specdec::draft(draft), fixed,
+                                                       specdec::TreeShape::from_branching({2, 1}))),
+                      Catch::Matchers::Contains("Drafting::fixed"));
+    specdec::DecodingOptions nonsense = base;
+    nonsense.drafting = static_cast<specdec::Drafting>(7);
+    CHECK_THROWS_WITH(specdec::SpeculativeDecoder(specdec::target(target), specdec::draft(draft), nonsense),
+                      Catch::Matchers::Contains("invalid decoding option drafting = 7"));
+}

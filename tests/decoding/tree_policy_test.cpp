@@ -111,28 +111,37 @@ TEST_CASE("the optimiser grows a bushy tree when wide passes are cheap and a nar
 }
 
 TEST_CASE("AutoTree learns a tree on cheap wide passes and a short chain on dear ones, from a fixed cost model", "[tree][policy]") {
+    // Thirty seeded runs a case: on cheap passes the second-ranked sibling
+    // (accepted about a third of the times it is tested) is worth a node in
+    // most runs' estimates, never on dear ones.
     struct Case {
         std::function<double(std::size_t)> target_pass;
         bool expect_branching;
     };
     const std::vector<Case> cases{{[](std::size_t n) { return 1.0 + 0.01 * static_cast<double>(n); }, true},
                                   {[](std::size_t n) { return 1.0 + 0.6 * static_cast<double>(n - 1); }, false}};
+    constexpr std::uint64_t kRuns = 30;
     for (const Case& c : cases) {
-        specdec::AutoTree policy({.max_nodes = 16, .max_depth = 6});
-        ToyLM target({.vocab = 12, .seed = 21, .sharpness = 1.0});
-        ToyLM draft({.vocab = 12, .seed = 21, .sharpness = 1.0, .noise_seed = 4, .noise = 0.9});
-        specdec::TreeSpeculativeDecoder<ToyLM, ToyLM, specdec::RecursiveRejection, FixedCostAutoTree> decoder(
-            specdec::target(target), specdec::draft(draft), {.sampling = {.temperature = 1.0}, .max_new_tokens = 400},
-            FixedCostAutoTree{&policy, c.target_pass});
-        (void)decoder.generate(std::vector<Token>{1, 2});
-        const specdec::TreePlan plan = policy.current_plan();
-        INFO("steps " << policy.steps_observed() << ", plan " << plan.shape.describe() << ", a(0,0) "
-                      << policy.acceptance_at(0, 0) << ", a(0,1) " << policy.acceptance_at(0, 1));
-        CHECK(policy.steps_observed() > 50);
-        bool branching = false;
-        for (std::size_t i = 0; i < plan.shape.size(); ++i) branching |= plan.shape.rank_of(i) > 0;
-        CHECK(branching == c.expect_branching);
-        if (!c.expect_branching) CHECK(plan.shape.size() <= 2);
+        std::size_t branching_plans = 0;
+        for (std::uint64_t seed = 1; seed <= kRuns; ++seed) {
+            specdec::AutoTree policy({.max_nodes = 16, .max_depth = 6});
+            ToyLM target({.vocab = 12, .seed = 21, .sharpness = 1.0});
+            ToyLM draft({.vocab = 12, .seed = 21, .sharpness = 1.0, .noise_seed = 4, .noise = 0.9});
+            specdec::TreeSpeculativeDecoder<ToyLM, ToyLM, specdec::RecursiveRejection, FixedCostAutoTree> decoder(
+                specdec::target(target), specdec::draft(draft),
+                {.sampling = {.temperature = 1.0}, .seed = seed, .max_new_tokens = 400},
+                FixedCostAutoTree{&policy, c.target_pass});
+            (void)decoder.generate(std::vector<Token>{1, 2});
+            const specdec::TreePlan plan = policy.current_plan();
+            INFO("seed " << seed << ", steps " << policy.steps_observed() << ", plan " << plan.shape.describe()
+                         << ", a(0,0) " << policy.acceptance_at(0, 0) << ", a(0,1) " << policy.acceptance_at(0, 1));
+            CHECK(policy.steps_observed() > 50);
+            branching_plans += plan.shape.is_chain() ? 0 : 1;
+            if (!c.expect_branching) CHECK(plan.shape.size() <= 2);
+        }
+        INFO("branching plans: " << branching_plans << " of " << kRuns);
+        if (c.expect_branching) CHECK(branching_plans >= 2 * kRuns / 3);
+        else CHECK(branching_plans == 0);
     }
 }
 
@@ -147,7 +156,7 @@ TEST_CASE("AutoTree drafts its best chain while branching steps cost more than t
         ToyLM target({.vocab = 12, .seed = 21, .sharpness = 1.0});
         ToyLM draft({.vocab = 12, .seed = 21, .sharpness = 1.0, .noise_seed = 4, .noise = 0.9});
         specdec::TreeSpeculativeDecoder<ToyLM, ToyLM, specdec::RecursiveRejection, FixedCostAutoTree> decoder(
-            specdec::target(target), specdec::draft(draft), {.sampling = {.temperature = 1.0}, .max_new_tokens = 400},
+            specdec::target(target), specdec::draft(draft), {.sampling = {.temperature = 1.0}, .seed = 7, .max_new_tokens = 400},
             FixedCostAutoTree{&policy, cheap, 1.5});
         (void)decoder.generate(std::vector<Token>{1, 2});
         const FixedCostAutoTree& costs = decoder.policy();

@@ -38,8 +38,6 @@ namespace specdec::server {
 
 using Clock = std::chrono::steady_clock;
 
-enum class DraftMode { adaptive, fixed, off };
-
 // A request's tokens on their way from the decoding thread to its HTTP thread.
 class Channel {
 public:
@@ -98,58 +96,19 @@ private:
 
 struct Job {
     std::vector<Token> prompt;
-    DecodingOptions options;
-    DraftMode mode = DraftMode::adaptive;
+    DecodingOptions options;  // options.drafting: the length policy's, a fixed length, or none
     std::shared_ptr<Channel> channel;
     Clock::time_point arrived = Clock::now();
-};
-
-// AutoBatchLength for the adaptive requests; fixed ones draft their cap, and
-// those that asked for none draft nothing.
-class ServerBatchLength {
-public:
-    explicit ServerBatchLength(std::shared_ptr<std::unordered_map<std::uint64_t, DraftMode>> modes)
-        : modes_(std::move(modes)) {}
-
-    void plan(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
-        adaptive_.clear();
-        where_.clear();
-        for (std::size_t i = 0; i < queries.size(); ++i) {
-            const auto it = modes_->find(queries[i].id);
-            const DraftMode mode = it == modes_->end() ? DraftMode::adaptive : it->second;
-            lengths[i] = mode == DraftMode::fixed ? queries[i].cap : 0;
-            if (mode == DraftMode::adaptive) {
-                adaptive_.push_back(queries[i]);
-                where_.push_back(i);
-            }
-        }
-        if (adaptive_.empty()) return;
-        planned_.assign(adaptive_.size(), 0);
-        inner_.plan(adaptive_, planned_);
-        for (std::size_t j = 0; j < where_.size(); ++j) lengths[where_[j]] = planned_[j];
-    }
-    void observe(const BatchOutcome& outcome) { inner_.observe(outcome); }
-    void forget(std::uint64_t id) {
-        inner_.forget(id);
-        modes_->erase(id);
-    }
-
-private:
-    std::shared_ptr<std::unordered_map<std::uint64_t, DraftMode>> modes_;
-    AutoBatchLength inner_;
-    std::vector<SequenceDraftQuery> adaptive_;
-    std::vector<std::size_t> where_, planned_;
 };
 
 template <class Target, class Draft>
 class Engine {
 public:
-    using Decoder = BatchedDecoder<Target, Draft, TokenwiseRejection, ServerBatchLength>;
+    using Decoder = BatchedDecoder<Target, Draft, TokenwiseRejection, AutoBatchLength>;
 
     Engine(Target& target, Draft& draft, Metrics& metrics, std::size_t slots)
-        : modes_(std::make_shared<std::unordered_map<std::uint64_t, DraftMode>>()),
-          decoder_(specdec::target(target), specdec::draft(draft), BatchOptions{.max_sequences = slots},
-                   TokenwiseRejection{}, ServerBatchLength(modes_)),
+        : decoder_(specdec::target(target), specdec::draft(draft), BatchOptions{.max_sequences = slots},
+                   TokenwiseRejection{}, AutoBatchLength{}),
           metrics_(&metrics) {
         thread_ = std::thread([this] { loop(); });
     }
@@ -244,7 +203,6 @@ private:
             channel->refuse(bad_request(error.what()));
             return;
         }
-        (*modes_)[id] = job.mode;
         live_[id] = Live{channel, job.prompt.size()};
         channel->accept();
     }
@@ -270,7 +228,6 @@ private:
         --outstanding_;
     }
 
-    std::shared_ptr<std::unordered_map<std::uint64_t, DraftMode>> modes_;
     Decoder decoder_;
     Metrics* metrics_;
     std::unordered_map<RequestId, Live> live_;

@@ -99,6 +99,7 @@ public:
 
     [[nodiscard]] CounterRng rng() const { return CounterRng{this->seed()}; }
     [[nodiscard]] const SamplingOptions& sampling() const { return this->options_.sampling; }
+    [[nodiscard]] Drafting drafting() const { return this->options_.drafting; }
     auto& drafter() { return this->drafter_; }
 
     // A proposal from the slot's own drafter (drafting one slot at a time).

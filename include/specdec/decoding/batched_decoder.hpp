@@ -210,12 +210,20 @@ public:
             return report;
         }
 
+        // The policy plans the requests that leave their length to it
+        // (DecodingOptions::drafting); the others draft their cap or nothing.
         queries_.clear();
-        for (const Active& a : active_) queries_.push_back({a.slot->id, a.slot->cap(a.record, kDrafts)});
-        lengths_.assign(active_.size(), 0);
-        policy_.plan(queries_, lengths_);
-        for (std::size_t i = 0; i < active_.size(); ++i) {
-            active_[i].k_max = std::min(lengths_[i], queries_[i].cap);  // a policy may not exceed a cap
+        for (Active& a : active_) {
+            const std::size_t cap = a.slot->cap(a.record, kDrafts);
+            a.k_max = a.slot->drafting() == Drafting::fixed ? cap : 0;
+            if (a.slot->drafting() == Drafting::policy) queries_.push_back({a.slot->id, cap});
+        }
+        lengths_.assign(queries_.size(), 0);
+        if (!queries_.empty()) policy_.plan(queries_, lengths_);
+        for (std::size_t i = 0, planned = 0; i < active_.size(); ++i) {
+            if (active_[i].slot->drafting() != Drafting::policy) continue;
+            active_[i].k_max = std::min(lengths_[planned], queries_[planned].cap);  // a policy may not exceed a cap
+            ++planned;
         }
 
         draft(report);

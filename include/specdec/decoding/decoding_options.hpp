@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "specdec/core/error.hpp"
@@ -27,6 +28,14 @@ struct ForcedDraftOptions {
     std::size_t max_tokens = 32;  // the most forced tokens a step adds beyond draft_tokens
 };
 
+// Who sets each step's draft length: the decoder's length policy; always
+// draft_tokens (what a seeded run at temperature > 0 needs to repeat bit for
+// bit under an adaptive policy, whose lengths follow measured timings); or
+// nobody (plain decoding, one target pass a token). SpeculativeDecoder and
+// BatchedDecoder (per request) honour all three; TreeSpeculativeDecoder takes
+// policy and off.
+enum class Drafting : unsigned char { policy, fixed, off };
+
 struct DecodingOptions {
     // k: with the default AutoLength, the most drafts a step proposes; with
     // FixedLength, every step's count. 4: the best fixed k measured on CPU
@@ -43,6 +52,7 @@ struct DecodingOptions {
     std::vector<Token> stop_tokens{};  // generation stops after emitting one of these (it is included)
     LogprobOptions logprobs{};
     ForcedDraftOptions forced_drafts{};  // used only when sampling.constraint is set
+    Drafting drafting = Drafting::policy;
 };
 
 // A seed for a generation that was given none: from the system's entropy
@@ -64,6 +74,9 @@ inline void validate(const DecodingOptions& options, bool speculative) {
         throw Error("invalid decoding option draft_tokens = 0: expected at least 1 draft token per step");
     if (options.max_new_tokens == 0)
         throw Error("invalid decoding option max_new_tokens = 0: expected at least 1");
+    if (options.drafting != Drafting::policy && options.drafting != Drafting::fixed && options.drafting != Drafting::off)
+        throw Error("invalid decoding option drafting = " + std::to_string(static_cast<int>(options.drafting)) +
+                    ": expected Drafting::policy, fixed or off");
 }
 
 }  // namespace specdec

@@ -91,7 +91,8 @@ public:
         const std::size_t cap = this->draft_cap(step, max_tokens);
         std::size_t k_max = 0, limit = 0;
         const DraftProposal draft = this->propose(step, [&] {
-            const DraftPlan plan = policy_.plan(cap, step.committed);
+            DraftPlan plan = policy_.plan(cap, step.committed);
+            if (options_.drafting != Drafting::policy) plan = DraftPlan{options_.drafting == Drafting::fixed ? cap : 0};
             k_max = std::min(plan.max_tokens, cap);
             if (k_max == 0) return DraftProposal{};
             limit = detail::forced_draft_limit(options_, step.room, max_tokens, k_max);

@@ -95,6 +95,7 @@ public:
         TreeShape shape;
         const TreeProposal tree = this->propose(step, [&] {
             shape = TreeShape(policy_.plan(max_depth, step.committed)).truncated(max_depth).first_nodes(step.room);
+            if (options_.drafting == Drafting::off) shape = TreeShape();
             if (shape.empty()) return TreeProposal{};
             return drafter_.propose_tree(TreeDraftRequest{sequence_, shape, options_.sampling, rng});
         });
@@ -144,6 +145,10 @@ private:
         if (option != nullptr) {
             throw Error(std::string("TreeSpeculativeDecoder does not support the sampling option ") + option +
                         "; SpeculativeDecoder, AutoregressiveDecoder and BatchedDecoder do");
+        }
+        if (options.drafting == Drafting::fixed) {
+            throw Error("TreeSpeculativeDecoder: drafting = Drafting::fixed fixes a chain's length; a tree's shape comes "
+                        "from its policy (a FixedTree for a fixed shape)");
         }
     }
 
