@@ -178,9 +178,10 @@ struct TreePlan {
 // explore_every explores: in turn a chain one deeper than the plan, and a
 // slightly larger tree (two more nodes, one more depth at most) chosen as if
 // unmeasured slots had their neighbours' full acceptance, so that longer
-// chains and wider, deeper trees keep being measured. The prices cannot see every cost of a tree step on every
-// machine (a tree pass's attention, the draft's tree discarded and fed again),
-// so each kind of step, branching or chain, carries a correction: its
+// chains and wider, deeper trees keep being measured. The prices cannot see
+// every cost of a tree step on every machine (a tree pass's attention, the
+// draft's tree discarded and fed again), so each kind of step, branching or
+// chain, carries a correction: its
 // realised seconds over its predicted seconds (decayed sums). A branching plan
 // runs only while its corrected rate beats its best chain's; one step in
 // explore_every, half-way between explorations, drafts the rival (the chain
@@ -237,8 +238,8 @@ public:
         last_plan_ = contest.trees_trail ? contest.chain : contest.tree;
         const std::size_t every = options_.explore_every;
         // Half-way between explorations, a branching plan's rival runs (the
-        // best chain, or the tree while chains lead), so that both realised
-        // rates stay current.
+        // best chain, or the tree while chains lead), so that both
+        // corrections stay current.
         if (every > 0 && steps_ % every == every / 2 && !contest.tree.shape.is_chain())
             return priced(contest.trees_trail ? contest.tree : contest.chain);
         if (every == 0 || steps_ % every != 0) return priced(last_plan_);
@@ -320,7 +321,8 @@ private:
     }
 
     // The optimiser's tree and, when it branches, its best chain, and whether
-    // branching steps have realised fewer tokens per second than chain steps.
+    // the tree's rate trails the chain's once each is priced with the
+    // correction of its kind.
     struct Contest {
         TreePlan tree, chain;
         bool trees_trail = false;
