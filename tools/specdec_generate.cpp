@@ -604,6 +604,14 @@ int generate(const Options& o, Model& target, Model* draft, const std::vector<sp
     return 0;
 }
 
+// --chat: -sys as the system message, -p as the user's.
+std::vector<specdec::text::ChatMessage> chat_messages(const Options& o) {
+    std::vector<specdec::text::ChatMessage> messages;
+    if (o.system_prompt) messages.push_back({"system", *o.system_prompt});
+    messages.push_back({"user", o.prompt});
+    return messages;
+}
+
 // The library's own CPU models and tokenizer.
 int run_specdec(const Options& o) {
     auto pool = std::make_shared<specdec::cpu::ThreadPool>(o.threads);
@@ -620,9 +628,7 @@ int run_specdec(const Options& o) {
     std::string prompt_text = o.prompt;
     std::vector<specdec::Token> prompt;
     if (o.chat) {
-        std::vector<specdec::text::ChatMessage> messages;
-        if (o.system_prompt) messages.push_back({"system", *o.system_prompt});
-        messages.push_back({"user", o.prompt});
+        const std::vector<specdec::text::ChatMessage> messages = chat_messages(o);
         const specdec::text::ChatTemplate chat = o.chat_template
                                                      ? specdec::text::ChatTemplate::from_name(*o.chat_template)
                                                      : specdec::text::ChatTemplate::from_gguf(target_file);
@@ -665,9 +671,7 @@ int run_llama_cpp(const Options& o) {
     std::vector<specdec::Token> prompt;
     if (o.chat) {
         // llama.cpp's own template code, with the file's template or the named one.
-        std::vector<specdec::text::ChatMessage> messages;
-        if (o.system_prompt) messages.push_back({"system", *o.system_prompt});
-        messages.push_back({"user", o.prompt});
+        const std::vector<specdec::text::ChatMessage> messages = chat_messages(o);
         const std::optional<std::string> chat_template =
             o.chat_template ? o.chat_template : specdec::text::llama_cpp_chat_template(target.model());
         if (!chat_template) {
