@@ -314,10 +314,9 @@ private:
     };
 
     // Returns plan's shape, remembering its price for observe().
-    const TreeShape& priced(const TreePlan& plan) {
+    TreeShape priced(const TreePlan& plan) {
         planned_seconds_ = plan.cost;
-        returned_ = plan.shape;
-        return returned_;
+        return plan.shape;
     }
 
     // The optimiser's tree and, when it branches, its best chain, and whether
@@ -367,7 +366,6 @@ private:
     CostCorrection chain_cost_, tree_cost_;
     double planned_seconds_ = 0.0;  // the price of the shape plan() last returned (0: unpriced)
     std::size_t explorations_ = 0;
-    TreeShape returned_;
 };
 
 }  // namespace specdec
