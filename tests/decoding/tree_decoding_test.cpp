@@ -490,3 +490,22 @@ TEST_CASE("negative control (iii): a wrong bonus row after a fully accepted dept
                                .target = reference_conditional(target, sampling)};
     check_caught(run_exactness(setup, tree_runner<BonusFromParentRowWhenDeep>(target, draft, shape, sampling, 4, prompt)), 3);
 }
+
+TEST_CASE("negative control (iv): the same wrong bonus row on a chain-shaped tree (one causal pass) is caught",
+          "[tree][exactness][negative-control]") {
+    // A chain-shaped tree runs as a chain step (forward, then truncate): the
+    // statistic must see a bug on that path too, down to the last depth.
+    const TreeShape shape = TreeShape::chain(3);
+    const SamplingOptions sampling{.temperature = 1.0};
+    constexpr std::size_t kVocab = 3;
+    ToyLM target(tree_target_options(kVocab)), draft(tree_draft_options(kVocab, 0.3));
+    const std::vector<Token> prompt{1, 2};
+    const ExactnessSetup setup{.name = "chain-shaped tree 1x1x1 with the bonus drawn from the parent's row",
+                               .prompt = prompt,
+                               .vocab = kVocab,
+                               .length = 4,
+                               .draft_tokens = 3,
+                               .samples = kTreeSamples,
+                               .target = reference_conditional(target, sampling)};
+    check_caught(run_exactness(setup, tree_runner<BonusFromParentRowWhenDeep>(target, draft, shape, sampling, 4, prompt)), 3);
+}
