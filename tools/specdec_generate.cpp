@@ -259,18 +259,9 @@ const std::vector<GenerateFlag>& generate_flags() {
          }},
         {{"-ngl", "--gpu-layers", "--n-gpu-layers"}, "N|all",
          "--engine llama.cpp: layers offloaded to llama.cpp's devices (default 0: none; with --rpc, all)",
-         [](Options& o, V f, V v) { o.gpu_layers = v == "all" ? -1 : parse_number<int>(f, v); }},
+         [](Options& o, V f, V v) { o.gpu_layers = cli::parse_gpu_layers(f, v); }},
         {{"--rpc"}, "HOST:PORT,...", "--engine llama.cpp: ggml-rpc-server processes that take the layers",
-         [](Options& o, V f, V v) {
-             for (std::size_t begin = 0; begin <= v.size();) {
-                 const std::size_t comma = std::min(v.find(',', begin), v.size());
-                 const std::string_view server = v.substr(begin, comma - begin);
-                 if (server.find(':') == std::string_view::npos)
-                     throw UsageError(std::string(f) + ": '" + std::string(server) + "' is not HOST:PORT");
-                 o.rpc_servers.emplace_back(server);
-                 begin = comma + 1;
-             }
-         }},
+         [](Options& o, V f, V v) { o.rpc_servers = cli::parse_rpc_servers(f, v); }},
         {{"-fa", "--flash-attn"}, "on|off|auto", "--engine llama.cpp: flash attention (default auto, llama.cpp's)",
          [](Options& o, V f, V v) {
              if (v == "on") o.flash_attention = FlashAttention::on;

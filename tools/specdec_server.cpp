@@ -2,6 +2,7 @@
 //
 //   specdec-server --synthetic --port 8080          # the embedded synthetic pair, no files
 //   specdec-server -m target.gguf -md draft.gguf -np 4 -c 4096
+//   specdec-server --engine llama.cpp -m target.gguf -md draft.gguf -ngl 99
 //
 // POST /v1/completions (text or token-id prompt, streamed or not),
 // POST /v1/chat/completions (the target's chat template, or --chat-template),
@@ -15,6 +16,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,6 +41,12 @@
 #include <specdec/text/chat_template.hpp>
 #include <specdec/text/text_stream.hpp>
 
+#ifdef SPECDEC_WITH_LLAMA_CPP
+#include <specdec/adapters/llama_cpp.hpp>
+#include <specdec/text/llama_cpp_chat.hpp>
+#include <specdec/text/llama_cpp_vocabulary.hpp>
+#endif
+
 namespace {
 
 using specdec::cli::UsageError;
@@ -55,6 +63,8 @@ struct Options {
     std::string host = "127.0.0.1", api_key;
     int port = 8080;
     specdec::cli::Engine engine = specdec::cli::Engine::specdec;
+    int gpu_layers = 0;                    // --engine llama.cpp: -ngl
+    std::vector<std::string> rpc_servers;  // --engine llama.cpp: --rpc
     bool help = false;
 };
 
@@ -80,8 +90,13 @@ const std::vector<Flag>& server_flags() {
              o.chat_template = v;
          }},
         {{"--synthetic-size"}, "SIZE", "tiny (default) or 100m", [](Options& o, V, V v) { o.synthetic_size = v; }},
-        {{"--engine"}, "NAME", "specdec (default); llama.cpp is not available in the server yet",
+        {{"--engine"}, "NAME", "what runs the models: specdec (default) or llama.cpp (every model llama.cpp loads)",
          [](Options& o, V f, V v) { o.engine = specdec::cli::parse_engine(f, v); }},
+        {{"-ngl", "--gpu-layers", "--n-gpu-layers"}, "N|all",
+         "--engine llama.cpp: layers offloaded to llama.cpp's devices (default 0: none; with --rpc, all)",
+         [](Options& o, V f, V v) { o.gpu_layers = specdec::cli::parse_gpu_layers(f, v); }},
+        {{"--rpc"}, "HOST:PORT,...", "--engine llama.cpp: ggml-rpc-server processes that take the layers",
+         [](Options& o, V f, V v) { o.rpc_servers = specdec::cli::parse_rpc_servers(f, v); }},
         {{"-np", "--parallel"}, "N", "requests decoded at once: KV cache slots (default 4)",
          [](Options& o, V f, V v) { o.slots = parse_count(f, v, 1); }, "Serving:"},
         {{"-c", "--ctx-size"}, "N", "context per slot in tokens; 0 = the model's (default 0)",
@@ -113,9 +128,12 @@ Options parse(int argc, char** argv) {
     Options o;
     specdec::cli::parse_flags<Options>(server_flags(), arguments, o);
     if (o.help) return o;
-    if (o.engine == specdec::cli::Engine::llama_cpp)
-        throw UsageError("--engine llama.cpp: the server runs the specdec engine only so far; use specdec-generate "
-                         "--engine llama.cpp for llama.cpp");
+    if (o.engine == specdec::cli::Engine::llama_cpp && !specdec::cli::kBuiltWithLlamaCpp)
+        throw specdec::cli::llama_cpp_missing("specdec-server");
+    if (o.engine == specdec::cli::Engine::llama_cpp && o.synthetic)
+        throw UsageError("--synthetic is specdec's embedded pair: --engine llama.cpp needs -m and -md GGUF files");
+    if ((o.gpu_layers != 0 || !o.rpc_servers.empty()) && o.engine != specdec::cli::Engine::llama_cpp)
+        throw UsageError("-ngl and --rpc place llama.cpp's layers: give them with --engine llama.cpp");
     if (o.synthetic && !o.chat_template.empty())
         throw UsageError("--chat-template: the synthetic pair has no tokenizer, so no chat (prompts are token ids)");
     if (o.synthetic && (!o.target.empty() || !o.draft.empty()))
@@ -139,19 +157,34 @@ bool same_secret(std::string_view given, std::string_view expected) {
     return difference == 0;
 }
 
+// Set by SIGINT and SIGTERM (all a signal handler may do); the server's watcher thread stops it.
+std::atomic<bool> stop_requested{false};
+
 void send_error(httplib::Response& res, const ApiError& error) {
     res.status = error.status;
     res.set_content(error.body().dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
-using TextStream = specdec::text::TextStream<specdec::Tokenizer>;
+// What the server needs of a tokenizer: a completion prompt's tokens, a
+// conversation's (through a chat template; none: no chat, and why), the
+// end-of-generation tokens, and each token's text for the incremental
+// detokenizer. specdec's Tokenizer, or llama.cpp's own tokenizer and template.
+template <class Vocabulary>
+struct TextCodec {
+    const Vocabulary* vocabulary = nullptr;
+    std::function<std::vector<specdec::Token>(std::string_view)> encode;
+    std::function<std::vector<specdec::Token>(std::span<const specdec::text::ChatMessage>)> encode_chat;
+    std::string no_chat;
+    std::vector<specdec::Token> end_of_generation;
+};
 
 // The answer a request's committed tokens make: its text through the
 // incremental detokenizer and the stop strings (text::TextStream: each token
 // costs its own text and the longest stop string, never the answer so far),
 // and the tokens shown with it. Without a tokenizer: the tokens only.
+template <class Vocabulary>
 struct Answer {
-    std::optional<TextStream> text;
+    std::optional<specdec::text::TextStream<Vocabulary>> text;
     std::vector<specdec::Token> tokens;  // shown so far (with a stop token or end-of-generation token that ended it)
     bool stopped = false;                // a stop string or a stop token ended the text
 
@@ -194,21 +227,26 @@ struct Answer {
 };
 
 // What a request stream needs while it is sent, kept alive by the content provider.
+template <class Vocabulary>
 struct StreamState {
     std::shared_ptr<Channel> channel;
     std::string id, model;
     std::size_t seen = 0, prompt = 0;
     bool include_usage = false, finished = false, chat = false, role_sent = false;
-    Answer answer;
+    Answer<Vocabulary> answer;
+    bool logprobs = false;                         // each chunk carries its tokens' logprobs
+    std::vector<specdec::TokenLogprob> received;   // by token position, as they arrived
+    std::size_t text_offset = 0;                   // completions: where the next chunk's text starts
+    PieceOf piece;
 };
 
+// Without a codec (the synthetic pair) prompts are token ids and answers tokens.
+template <class Model, class Vocabulary>
 class Server {
 public:
-    Server(const Options& o, specdec::LlamaModel& target, specdec::LlamaModel& draft,
-           std::optional<specdec::Tokenizer> tokenizer, std::string model_name,
-           std::optional<specdec::text::ChatTemplate> chat, std::string no_chat)
-        : options_(o), tokenizer_(std::move(tokenizer)), chat_(chat), no_chat_(std::move(no_chat)),
-          model_name_(std::move(model_name)),
+    Server(const Options& o, Model& target, Model& draft, std::optional<TextCodec<Vocabulary>> codec,
+           std::string model_name)
+        : options_(o), codec_(std::move(codec)), model_name_(std::move(model_name)),
           limits_{target.vocab_size(), target.context_length(), o.draft_max},
           engine_(target, draft, metrics_, o.slots) {}
 
@@ -305,8 +343,6 @@ public:
         return 0;
     }
 
-    static inline std::atomic<bool> stop_requested{false};
-
 private:
     void generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
         try {
@@ -317,24 +353,26 @@ private:
                 throw bad_request(std::string("the body is not valid JSON: ") + e.what());
             }
             ParsedRequest parsed = parse_request(body, endpoint, limits_);
-            if (parsed.stream && parsed.options.logprobs.enabled)
-                throw bad_request("'logprobs' with 'stream': true is not supported: ask without streaming", "logprobs");
-            if (!parsed.stop_strings.empty() && !tokenizer_)
+            if (!parsed.stop_strings.empty() && !codec_)
                 throw bad_request("stop strings need a tokenizer, and this server has none (--synthetic): give stop "
                                   "token ids (an array of integers)",
                                   "stop");
             std::vector<specdec::Token> prompt = std::move(parsed.prompt_tokens);
             if (endpoint == Endpoint::chat) {
-                if (!chat_ || !tokenizer_) throw bad_request("chat is not available on this server: " + no_chat_, "messages");
-                prompt = tokenizer_->encode(chat_->apply(parsed.messages), tokenizer_->add_bos_by_default(), false,
-                                            specdec::SpecialTokens::parse);
+                if (!codec_ || !codec_->encode_chat)
+                    throw bad_request("chat is not available on this server: " +
+                                          (codec_ ? codec_->no_chat
+                                                  : std::string("the synthetic pair has no tokenizer (prompts are token "
+                                                                "ids): send them to /v1/completions")),
+                                      "messages");
+                prompt = codec_->encode_chat(parsed.messages);
                 if (prompt.empty()) throw bad_request("'messages' encode to no tokens", "messages");
             }
             if (parsed.prompt_text) {
-                if (!tokenizer_)
+                if (!codec_)
                     throw bad_request("this server has no tokenizer (--synthetic): send the prompt as an array of token ids",
                                       "prompt");
-                prompt = tokenizer_->encode(*parsed.prompt_text);
+                prompt = codec_->encode(*parsed.prompt_text);
                 if (prompt.empty()) throw bad_request("'prompt' encodes to no tokens", "prompt");
             }
             if (prompt.size() >= limits_.context)
@@ -344,13 +382,13 @@ private:
             // The decoder stops at the end-of-generation tokens (EOS, <|eot_id|>, <|im_end|>, ...) and the text
             // stream hides them; a stop token the client gave is hidden from the text alike.
             specdec::text::TextOptions text_options{.stop_strings = parsed.stop_strings};
-            if (tokenizer_ && !parsed.ignore_eos) {
-                const std::vector<specdec::Token>& eog = tokenizer_->end_of_generation();
+            if (codec_ && !parsed.ignore_eos) {
+                const std::vector<specdec::Token>& eog = codec_->end_of_generation;
                 parsed.options.stop_tokens.insert(parsed.options.stop_tokens.end(), eog.begin(), eog.end());
             }
             text_options.end_of_generation = parsed.options.stop_tokens;
-            Answer answer;
-            if (tokenizer_) answer.text.emplace(*tokenizer_, text_options, prompt);
+            Answer<Vocabulary> answer;
+            if (codec_) answer.text.emplace(*codec_->vocabulary, text_options, prompt);
             Job job;
             job.prompt = std::move(prompt);
             job.options = parsed.options;
@@ -373,7 +411,7 @@ private:
             const bool chat = endpoint == Endpoint::chat;
             const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id_);
             if (parsed.stream) {
-                auto state = std::make_shared<StreamState>();
+                auto state = std::make_shared<StreamState<Vocabulary>>();
                 state->channel = channel;
                 state->id = id;
                 state->model = model_name_;
@@ -381,6 +419,8 @@ private:
                 state->include_usage = parsed.include_usage;
                 state->chat = chat;
                 state->answer = std::move(answer);
+                state->logprobs = parsed.options.logprobs.enabled;
+                state->piece = piece_of();
                 res.set_header("Cache-Control", "no-cache");
                 res.set_chunked_content_provider(
                     "text/event-stream",
@@ -392,7 +432,7 @@ private:
             std::size_t seen = 0;
             std::string text;
             while (!done) {
-                const std::vector<specdec::Token> fresh = channel->next(seen, std::chrono::milliseconds(200), done);
+                const std::vector<specdec::Token> fresh = channel->next(seen, std::chrono::milliseconds(200), done).tokens;
                 seen += fresh.size();
                 const bool was_stopped = answer.stopped;
                 try {
@@ -410,26 +450,40 @@ private:
     }
 
     // Sends what the request produced since the last call; false ends the stream.
-    static bool send_events(StreamState& s, httplib::DataSink& sink) {
+    static bool send_events(StreamState<Vocabulary>& s, httplib::DataSink& sink) {
         auto write = [&](const std::string& event) {
             if (sink.write(event.data(), event.size())) return true;
             s.channel->cancel();  // the client went away: the decoder drops the request within a step
             return false;
         };
-        auto event = [&](const std::string& text, const std::vector<specdec::Token>& tokens, const char* finish) {
-            if (!s.chat) return write(completion_event(s.id, s.model, text, tokens, finish));
-            return write(chat_event(s.id, s.model, finish ? json::object() : json{{"content", text}}, tokens, finish));
+        // The logprobs of the tokens an event shows: the answer's tokens from `first` on.
+        auto logprobs_from = [&](std::size_t first) -> json {
+            if (!s.logprobs) return nullptr;
+            const std::size_t last = std::min(s.answer.tokens.size(), s.received.size());
+            const std::span<const specdec::TokenLogprob> shown =
+                std::span<const specdec::TokenLogprob>(s.received).subspan(std::min(first, last), last - std::min(first, last));
+            return s.chat ? chat_logprobs(shown, s.piece) : completion_logprobs(shown, s.piece, s.text_offset);
+        };
+        auto event = [&](const std::string& text, const std::vector<specdec::Token>& tokens, const char* finish,
+                         std::size_t first_shown) {
+            json logprobs = tokens.empty() ? json(nullptr) : logprobs_from(first_shown);
+            if (!s.chat) return write(completion_event(s.id, s.model, text, tokens, finish, std::move(logprobs)));
+            return write(chat_event(s.id, s.model, finish ? json::object() : json{{"content", text}}, tokens, finish,
+                                    std::move(logprobs)));
         };
         if (s.chat && s.seen == 0 && !s.finished && !s.role_sent) {
             s.role_sent = true;
             if (!write(chat_event(s.id, s.model, json{{"role", "assistant"}, {"content", ""}}, {}, nullptr))) return false;
         }
         std::optional<specdec::RequestResult> done;
-        const std::vector<specdec::Token> fresh = s.channel->next(s.seen, std::chrono::milliseconds(100), done);
+        Channel::Fresh fresh_tokens = s.channel->next(s.seen, std::chrono::milliseconds(100), done, s.logprobs);
+        const std::vector<specdec::Token>& fresh = fresh_tokens.tokens;
         s.seen += fresh.size();
+        s.received.insert(s.received.end(), fresh_tokens.logprobs.begin(), fresh_tokens.logprobs.end());
         if (!fresh.empty()) {
             if (s.answer.stopped) return true;  // decoded past a stop string: never shown
             std::pair<std::string, std::vector<specdec::Token>> piece;
+            const std::size_t first_shown = s.answer.tokens.size();
             try {
                 piece = s.answer.add(fresh);
             } catch (const specdec::Error& e) {  // a token the tokenizer does not know: an error event, not a throw
@@ -442,7 +496,7 @@ private:
             auto& [text, tokens] = piece;
             if (s.answer.stopped) s.channel->end_early();
             if (text.empty() && tokens.empty()) return true;
-            return event(text, tokens, nullptr);
+            return event(text, tokens, nullptr, first_shown);
         }
         if (!done) return true;
         s.finished = true;
@@ -454,10 +508,11 @@ private:
             sink.done();
             return true;
         }
+        const std::size_t first_tail = s.answer.tokens.size();
         auto [tail, tail_tokens] = s.answer.finish();
-        if (!tail.empty() && !event(tail, tail_tokens, nullptr)) return false;
+        if (!tail.empty() && !event(tail, tail_tokens, nullptr, first_tail)) return false;
         if (!event(std::string(), tail.empty() ? tail_tokens : std::vector<specdec::Token>{},
-                   s.answer.finish_reason(done->generation)))
+                   s.answer.finish_reason(done->generation), first_tail))
             return false;
         if (s.include_usage) {
             const json chunk{{"id", s.id},          {"object", s.chat ? "chat.completion.chunk" : "text_completion"},
@@ -471,7 +526,7 @@ private:
         return true;
     }
 
-    void respond(httplib::Response& res, const specdec::RequestResult& done, Answer& answer, std::string text,
+    void respond(httplib::Response& res, const specdec::RequestResult& done, Answer<Vocabulary>& answer, std::string text,
                  const std::string& id, bool chat, std::size_t prompt, bool logprobs) {
         if (done.status == specdec::RequestStatus::failed)
             throw ApiError{500, "decoding failed: " + done.error, {}, "server_error"};
@@ -479,17 +534,18 @@ private:
             throw ApiError{503, "the request was cancelled (the server is stopping)", {}, "server_error"};
         const specdec::GenerationResult& g = done.generation;
         text += answer.finish().first;
-        const PieceOf piece = [this](specdec::Token t) {
-            return tokenizer_ ? tokenizer_->token_text(t) : std::to_string(t);
-        };
+        const PieceOf piece = piece_of();
         const std::size_t shown = answer.tokens.size();
+        const std::span<const specdec::TokenLogprob> shown_logprobs =
+            std::span(g.logprobs).first(std::min(shown, g.logprobs.size()));
+        std::size_t offset = 0;
         json choice{{"index", 0}, {"tokens", answer.tokens}, {"finish_reason", answer.finish_reason(g)}};
         if (chat) {
             choice["message"] = json{{"role", "assistant"}, {"content", text}};
-            choice["logprobs"] = logprobs ? chat_logprobs(g, shown, piece) : json(nullptr);
+            choice["logprobs"] = logprobs ? chat_logprobs(shown_logprobs, piece) : json(nullptr);
         } else {
             choice["text"] = text;
-            choice["logprobs"] = logprobs ? completion_logprobs(g, shown, piece) : json(nullptr);
+            choice["logprobs"] = logprobs ? completion_logprobs(shown_logprobs, piece, offset) : json(nullptr);
         }
         const json body{{"id", id},       {"object", chat ? "chat.completion" : "text_completion"},
                         {"created", unix_now()}, {"model", model_name_},
@@ -498,48 +554,103 @@ private:
         res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
     }
 
+    // A token's text for logprobs (the vocabulary outlives the server).
+    [[nodiscard]] PieceOf piece_of() const {
+        const Vocabulary* vocabulary = codec_ ? codec_->vocabulary : nullptr;
+        return [vocabulary](specdec::Token t) { return vocabulary ? std::string(vocabulary->token_text(t)) : std::to_string(t); };
+    }
+
     Options options_;
-    std::optional<specdec::Tokenizer> tokenizer_;
-    std::optional<specdec::text::ChatTemplate> chat_;
-    std::string no_chat_;  // why there is no chat template
+    std::optional<TextCodec<Vocabulary>> codec_;
     std::string model_name_;
     RequestLimits limits_;
     Metrics metrics_;
-    Engine<specdec::LlamaModel, specdec::LlamaModel> engine_;
+    Engine<Model, Model> engine_;
     httplib::Server http_;
     std::atomic<std::uint64_t> next_id_{0};
     std::atomic<bool> listen_ended_{false};
     socket_t listener_ = INVALID_SOCKET;
 };
 
-void on_signal(int) { Server::stop_requested.store(true); }
+void on_signal(int) { stop_requested.store(true); }
 
-int run(const Options& o) {
+template <class Model, class Vocabulary>
+int serve(const Options& o, Model& target, Model& draft, std::optional<TextCodec<Vocabulary>> codec) {
+    const std::string name = o.synthetic ? "synthetic-" + o.synthetic_size : std::filesystem::path(o.target).stem().string();
+    Server<Model, Vocabulary> server(o, target, draft, std::move(codec), name);
+    return server.serve();
+}
+
+int run_specdec(const Options& o) {
     auto pool = std::make_shared<specdec::cpu::ThreadPool>(o.threads);
     if (o.synthetic) {
         specdec::SyntheticOptions synthetic{.size = o.synthetic_size, .max_context = o.context, .thread_pool = pool,
                                             .sequences = o.slots};
         specdec::SyntheticPair pair = specdec::make_synthetic_pair(synthetic);
-        Server server(o, pair.target, pair.draft, std::nullopt, "synthetic-" + o.synthetic_size, std::nullopt,
-                      "the synthetic pair has no tokenizer (prompts are token ids): send them to /v1/completions");
-        return server.serve();
+        return serve<specdec::LlamaModel, specdec::Tokenizer>(o, pair.target, pair.draft, std::nullopt);
     }
     const auto file = specdec::gguf::File::open(o.target);
-    std::optional<specdec::Tokenizer> tokenizer = specdec::Tokenizer::from_gguf(file);
-    std::optional<specdec::text::ChatTemplate> chat;
-    std::string no_chat;
+    const specdec::Tokenizer tokenizer = specdec::Tokenizer::from_gguf(file);
+    TextCodec<specdec::Tokenizer> codec;
+    codec.vocabulary = &tokenizer;
+    codec.encode = [&tokenizer](std::string_view text) { return tokenizer.encode(text); };
+    codec.end_of_generation = tokenizer.end_of_generation();
     try {
-        chat = o.chat_template.empty() ? specdec::text::ChatTemplate::from_gguf(file)
-                                       : specdec::text::ChatTemplate::from_name(o.chat_template);
+        const specdec::text::ChatTemplate chat = o.chat_template.empty() ? specdec::text::ChatTemplate::from_gguf(file)
+                                                                         : specdec::text::ChatTemplate::from_name(o.chat_template);
+        codec.encode_chat = [&tokenizer, chat](std::span<const specdec::text::ChatMessage> messages) {
+            return tokenizer.encode(chat.apply(messages), tokenizer.add_bos_by_default(), false, specdec::SpecialTokens::parse);
+        };
     } catch (const specdec::Error& e) {
-        no_chat = std::string(e.what()) + " (specdec-server --chat-template NAME picks one)";
+        codec.no_chat = std::string(e.what()) + " (specdec-server --chat-template NAME picks one)";
     }
     const specdec::LlamaOptions model_options{.max_context = o.context, .thread_pool = pool, .sequences = o.slots};
     specdec::LlamaModel target = specdec::LlamaModel::from_gguf(o.target, model_options);
     specdec::LlamaModel draft = specdec::LlamaModel::from_gguf(o.draft, model_options);
-    Server server(o, target, draft, std::move(tokenizer), std::filesystem::path(o.target).stem().string(), chat,
-                  std::move(no_chat));
-    return server.serve();
+    return serve(o, target, draft, std::optional(std::move(codec)));
+}
+
+#ifdef SPECDEC_WITH_LLAMA_CPP
+// llama.cpp runs the models, tokenises and applies the chat template
+// (llama_chat_apply_template); the decoding is specdec's.
+int run_llama_cpp(const Options& o) {
+    const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
+    specdec::LlamaCppOptions model_options;
+    model_options.max_context = o.context;  // 0: the model's trained context
+    model_options.sequences = o.slots;
+    model_options.threads = static_cast<int>(o.threads != 0 ? o.threads : hardware);
+    model_options.threads_batch = model_options.threads;
+    model_options.gpu_layers = o.gpu_layers;
+    model_options.rpc_servers = o.rpc_servers;
+    specdec::LlamaCppModel target = specdec::LlamaCppModel::from_gguf(o.target, model_options);
+    specdec::LlamaCppModel draft = specdec::LlamaCppModel::from_gguf(o.draft, model_options);
+    specdec::check_same_vocabulary(target, draft);
+    const specdec::text::LlamaCppVocabulary vocabulary(target.vocabulary());
+    TextCodec<specdec::text::LlamaCppVocabulary> codec;
+    codec.vocabulary = &vocabulary;
+    // BOS where the model's tokenizer asks for it (as specdec-generate and
+    // llama.cpp's tools tokenise); user text never spells control tokens.
+    codec.encode = [&target](std::string_view text) { return target.tokenize(text, /*add_bos=*/true); };
+    codec.end_of_generation = target.stop_tokens();
+    std::optional<std::string> chat_template =
+        o.chat_template.empty() ? specdec::text::llama_cpp_chat_template(target.model()) : std::optional(o.chat_template);
+    if (chat_template) {
+        codec.encode_chat = [&target, chat = *chat_template](std::span<const specdec::text::ChatMessage> messages) {
+            return target.tokenize(specdec::text::llama_cpp_apply_chat(chat, messages), target.add_bos(),
+                                   /*parse_special=*/true);
+        };
+    } else {
+        codec.no_chat = o.target + " has no tokenizer.chat_template (specdec-server --chat-template NAME picks one)";
+    }
+    return serve(o, target, draft, std::optional(std::move(codec)));
+}
+#endif
+
+int run(const Options& o) {
+#ifdef SPECDEC_WITH_LLAMA_CPP
+    if (o.engine == specdec::cli::Engine::llama_cpp) return run_llama_cpp(o);
+#endif
+    return run_specdec(o);
 }
 
 }  // namespace

@@ -786,6 +786,43 @@ TEST_CASE("a batched request's logprobs are those the single-sequence decoder re
     }
 }
 
+TEST_CASE("progress() shows a running request's tokens and logprobs after every step, as streamed",
+          "[decoder][batched][logprobs]") {
+    ToySlots target = toy_slots(target_options()), draft = toy_slots(draft_options());
+    BatchedDecoder<ToySlots, ToySlots, specdec::TokenwiseRejection, specdec::FixedBatchLength> decoder(
+        specdec::target(target), specdec::draft(draft));
+    const DecodingOptions options{.draft_tokens = 3, .sampling = {.temperature = 0.9}, .seed = 9, .max_new_tokens = 20,
+                                  .logprobs = {.enabled = true, .top_n = 1}};
+    std::vector<Token> streamed;
+    const specdec::RequestId id = decoder.submit(kPrompt, options, [&](Token t) {
+        streamed.push_back(t);
+        return true;
+    });
+    const specdec::RequestId mate = decoder.submit(kPrompt, {.draft_tokens = 3, .max_new_tokens = 40});
+    CHECK(decoder.progress(id) == nullptr);  // waiting until the first step
+    std::vector<specdec::TokenLogprob> seen;
+    std::size_t steps = 0;
+    while (decoder.status(id) == specdec::RequestStatus::running || decoder.status(id) == specdec::RequestStatus::waiting) {
+        decoder.step();
+        ++steps;
+        if (const specdec::GenerationResult* so_far = decoder.progress(id)) {
+            CHECK(so_far->tokens == streamed);
+            REQUIRE(so_far->logprobs.size() == so_far->tokens.size());
+            seen = so_far->logprobs;
+        }
+    }
+    CHECK(decoder.progress(id) == nullptr);
+    CHECK(decoder.progress(mate) != nullptr);
+    std::vector<specdec::RequestResult> finished = decoder.take_finished();
+    const auto it = std::find_if(finished.begin(), finished.end(), [&](const auto& r) { return r.id == id; });
+    REQUIRE(it != finished.end());
+    CHECK(it->generation.tokens == streamed);
+    REQUIRE(it->generation.logprobs.size() == 20);
+    REQUIRE(seen.size() < 20);  // the last step's logprobs arrive with the result
+    CHECK(steps > 1);
+    for (std::size_t i = 0; i < seen.size(); ++i) CHECK(seen[i].logprob == it->generation.logprobs[i].logprob);
+}
+
 TEST_CASE("a batched request that fixes its length (Drafting::fixed) or drafts nothing (off) under AutoBatchLength is "
           "exact among batch mates",
           "[exactness][decoder][batched][length-policy]") {

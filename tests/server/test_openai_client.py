@@ -56,6 +56,10 @@ try:
     # Greedy tokens are the most probable, so each token's logprob is its row's best.
     f.check(lp is not None and all(abs(v - max(t.values())) < 1e-6 for v, t in zip(lp.token_logprobs, lp.top_logprobs)),
             f"greedy tokens are not their rows' most probable: {lp}")
+    streamed_lp = [v for chunk in client.completions.create(model=model, prompt=prompt, max_tokens=5, temperature=0,
+                                                             logprobs=2, stream=True)
+                   for c in chunk.choices if c.logprobs for v in c.logprobs.token_logprobs]
+    f.check(lp is not None and streamed_lp == lp.token_logprobs, f"streamed logprobs {streamed_lp} != {lp}")
 
     try:
         client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])

@@ -57,7 +57,6 @@ try:
         ("logit_bias key not a token", "POST", "/v1/completions", {"prompt": [1], "logit_bias": {"abc": 1}}, 400, "logit_bias"),
         ("logit_bias beyond 100", "POST", "/v1/completions", {"prompt": [1], "logit_bias": {"5": 500}}, 400, "logit_bias.5"),
         ("logprobs beyond 20", "POST", "/v1/completions", {"prompt": [1], "logprobs": 50}, 400, "logprobs"),
-        ("logprobs while streaming", "POST", "/v1/completions", {"prompt": [1], "logprobs": 1, "stream": True}, 400, "logprobs"),
         ("stream as a string", "POST", "/v1/completions", {"prompt": [1], "stream": "yes"}, 400, "stream"),
         ("stop string without a tokenizer", "POST", "/v1/completions", {"prompt": [1], "stop": "\n"}, 400, "stop"),
         ("stop strings without a tokenizer", "POST", "/v1/completions", {"prompt": [1], "stop": ["a", "b"]}, 400, "stop"),
@@ -127,6 +126,15 @@ try:
     lp = body["choices"][0]["logprobs"] if status == 200 else None
     f.check(lp is not None and len(lp["token_logprobs"]) == 6 and all(len(t) == 3 for t in lp["top_logprobs"]) and
             all(v <= 0 for v in lp["token_logprobs"]), f"logprobs: {body}")
+    # Streamed, each chunk carries its own tokens' logprobs: together the same as the whole answer's.
+    status, events, done = server.stream(prompt=[9, 8, 7], max_tokens=6, temperature=0.7, seed=3, logprobs=3)
+    chunks = [c for e in events for c in e["choices"] if c["tokens"]]
+    f.check(status == 200 and done and all(c["logprobs"] is not None and
+                                           len(c["logprobs"]["token_logprobs"]) == len(c["tokens"]) for c in chunks),
+            f"streamed logprobs: every chunk's logprobs match its tokens: {events}")
+    if status == 200 and lp is not None and all(c["logprobs"] for c in chunks):
+        joined = {k: [v for c in chunks for v in c["logprobs"][k]] for k in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
+        f.check(joined == lp, f"streamed logprobs {joined} != whole {lp}")
 
     # --- Concurrency: 1, 4 and 16 clients, greedy and streamed --------------
     def client(i):

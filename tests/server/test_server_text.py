@@ -178,12 +178,24 @@ try:
             f.check(chunks and chunks[-1]["choices"][0]["finish_reason"] == "stop", f"stop {form!r} streamed: finish")
             f.check([t for c in chunks for t in c["choices"][0]["tokens"]] == choice["tokens"],
                     f"stop {form!r} streamed: tokens differ from the whole answer's")
+        # Streamed logprobs under a stop string: those of the shown tokens, offsets running on.
+        status, chunks, done = events(server, "/v1/completions", {**fields, "stop": stop, "logprobs": 2})
+        shown = [c["choices"][0] for c in chunks if c["choices"][0]["tokens"]]
+        joined = {k: [v for c in shown for v in c["logprobs"][k]] for k in ("tokens", "token_logprobs", "text_offset")}
+        status_whole, cut = server.complete(**fields, stop=stop, logprobs=2)
+        expected_lp = cut["choices"][0]["logprobs"] if status_whole == 200 else {}
+        f.check(status == 200 and done and joined == {k: expected_lp.get(k) for k in joined},
+                f"stop {stop!r} streamed logprobs {joined} != whole {expected_lp}")
         # The same in a chat answer, when its text holds such a string.
         long_chat = {"messages": hi, "max_tokens": 48, "temperature": 0, "logprobs": True}
         status, body, _, _ = server.post("/v1/chat/completions", long_chat)
         content = body["choices"][0]["message"]["content"] if status == 200 else ""
         chat_pieces = [e["token"] for e in body["choices"][0]["logprobs"]["content"]] if status == 200 else []
         chat_stop = pick_stop(chat_pieces)
+        status, chunks, done = events(server, "/v1/chat/completions", long_chat)
+        streamed_lp = [e for c in chunks if c["choices"][0]["logprobs"] for e in c["choices"][0]["logprobs"]["content"]]
+        f.check(status == 200 and done and streamed_lp == body["choices"][0]["logprobs"]["content"],
+                "chat: streamed logprobs differ from the whole answer's")
         if chat_stop and chat_stop in content:
             expected = content[:content.index(chat_stop)]
             status, chunks, done = events(server, "/v1/chat/completions",

@@ -3,8 +3,9 @@
 // jobs through a locked queue and read each request's tokens from its
 // Channel; the decoding thread submits jobs between steps, cancels the
 // requests whose client went away (the stream callback also returns false,
-// so a running request ends inside the step that notices), steps, and hands
-// each result to its channel.
+// so a running request ends inside the step that notices), steps, hands the
+// step's logprobs to the channels that asked for them (a token's logprob is
+// known once its step ends), and each result to its channel.
 //
 // Draft lengths: a seeded request at temperature > 0 drafts a fixed length
 // (its speculative.n_max, or the server's --draft-max) every step, so that its
@@ -45,6 +46,10 @@ public:
     void accept() { update([&] { accepted_ = true; }); }
     void refuse(ApiError error) { update([&] { refused_ = std::move(error); }); }
     void push(Token token) { update([&] { tokens_.push_back(token); }); }
+    // The logprobs of pushed tokens, in order (they arrive after each step).
+    void push_logprobs(std::span<const TokenLogprob> more) {
+        update([&] { logprobs_.insert(logprobs_.end(), more.begin(), more.end()); });
+    }
     void finish(RequestResult result) { update([&] { result_ = std::move(result); }); }
 
     // HTTP thread: ends the request (the client went away, or the server stops).
@@ -65,13 +70,27 @@ public:
         refused = refused_;
         return ok;
     }
+    struct Fresh {
+        std::vector<Token> tokens;
+        std::vector<TokenLogprob> logprobs;  // those of `tokens`, when asked for
+    };
     // HTTP thread: the tokens after the first `seen`, waiting up to `timeout`
-    // for some; `done` holds the result once the request ended.
-    std::vector<Token> next(std::size_t seen, std::chrono::milliseconds timeout, std::optional<RequestResult>& done) {
+    // for some; `done` holds the result once the request ended. with_logprobs:
+    // only tokens whose logprobs arrived, with them.
+    Fresh next(std::size_t seen, std::chrono::milliseconds timeout, std::optional<RequestResult>& done,
+               bool with_logprobs = false) {
         std::unique_lock lock(mutex_);
-        changed_.wait_for(lock, timeout, [&] { return tokens_.size() > seen || result_.has_value(); });
-        std::vector<Token> fresh(tokens_.begin() + static_cast<std::ptrdiff_t>(std::min(seen, tokens_.size())), tokens_.end());
-        if (result_ && fresh.empty()) done = result_;
+        const auto ready = [&] {
+            return with_logprobs && !result_ ? std::min(tokens_.size(), logprobs_.size()) : tokens_.size();
+        };
+        changed_.wait_for(lock, timeout, [&] { return ready() > seen || result_.has_value(); });
+        const std::size_t from = std::min(seen, ready()), to = ready();
+        Fresh fresh;
+        fresh.tokens.assign(tokens_.begin() + static_cast<std::ptrdiff_t>(from), tokens_.begin() + static_cast<std::ptrdiff_t>(to));
+        if (with_logprobs)
+            fresh.logprobs.assign(logprobs_.begin() + static_cast<std::ptrdiff_t>(std::min(from, logprobs_.size())),
+                                  logprobs_.begin() + static_cast<std::ptrdiff_t>(std::min(to, logprobs_.size())));
+        if (result_ && fresh.tokens.empty()) done = result_;
         return fresh;
     }
 
@@ -87,6 +106,7 @@ private:
     std::mutex mutex_;
     std::condition_variable changed_;
     std::vector<Token> tokens_;
+    std::vector<TokenLogprob> logprobs_;
     bool accepted_ = false;
     std::optional<ApiError> refused_;
     std::optional<RequestResult> result_;
@@ -149,6 +169,8 @@ private:
     struct Live {
         std::shared_ptr<Channel> channel;
         std::size_t prompt = 0;
+        bool logprobs = false;          // streamed to the channel after each step
+        std::size_t logprobs_sent = 0;
     };
 
     void loop() {
@@ -168,6 +190,9 @@ private:
             if (!decoder_.idle()) {
                 const BatchStepReport report = decoder_.step();
                 metrics_->step(report.sequences, report.drafts);
+                for (auto& [id, live] : live_)
+                    if (const GenerationResult* so_far = live.logprobs ? decoder_.progress(id) : nullptr)
+                        send_logprobs(live, so_far->logprobs);
             }
             for (RequestResult& result : decoder_.take_finished()) retire(std::move(result));
             metrics_->queue(decoder_.waiting_requests(), decoder_.running_requests());
@@ -203,7 +228,7 @@ private:
             channel->refuse(bad_request(error.what()));
             return;
         }
-        live_[id] = Live{channel, job.prompt.size()};
+        live_[id] = Live{channel, job.prompt.size(), job.options.logprobs.enabled};
         channel->accept();
     }
 
@@ -218,9 +243,16 @@ private:
         const bool failed = result.status == RequestStatus::failed;
         metrics_->finished(cancelled ? "cancelled" : failed ? "failed" : "finished", it->second.prompt, result.generation.tokens.size(), stats.draft_tokens_proposed,
                            stats.draft_tokens_accepted);
+        if (it->second.logprobs) send_logprobs(it->second, result.generation.logprobs);
         it->second.channel->finish(std::move(result));
         live_.erase(it);
         release();
+    }
+
+    static void send_logprobs(Live& live, const std::vector<TokenLogprob>& all) {
+        if (all.size() <= live.logprobs_sent) return;
+        live.channel->push_logprobs(std::span(all).subspan(live.logprobs_sent));
+        live.logprobs_sent = all.size();
     }
 
     void release() {

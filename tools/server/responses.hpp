@@ -24,12 +24,13 @@ using PieceOf = std::function<std::string(Token)>;
     return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// The logprobs of the first `count` tokens (those the answer shows).
-[[nodiscard]] inline nlohmann::json completion_logprobs(const GenerationResult& g, std::size_t count, const PieceOf& piece) {
+// The logprobs of shown tokens; `offset`: the text offset of the first,
+// moved past the last (a stream's chunks continue where the last ended).
+[[nodiscard]] inline nlohmann::json completion_logprobs(std::span<const TokenLogprob> shown, const PieceOf& piece,
+                                                        std::size_t& offset) {
     nlohmann::json tokens = nlohmann::json::array(), values = nlohmann::json::array(), top = nlohmann::json::array(),
                    offsets = nlohmann::json::array();
-    std::size_t offset = 0;
-    for (const TokenLogprob& t : std::span(g.logprobs).first(std::min(count, g.logprobs.size()))) {
+    for (const TokenLogprob& t : shown) {
         const std::string text = piece(t.token);
         tokens.push_back(text);
         values.push_back(t.logprob);
@@ -43,7 +44,7 @@ using PieceOf = std::function<std::string(Token)>;
 }
 
 // Chat's shape: {"content": [{token, logprob, bytes, top_logprobs: [...]}]}.
-[[nodiscard]] inline nlohmann::json chat_logprobs(const GenerationResult& g, std::size_t count, const PieceOf& piece) {
+[[nodiscard]] inline nlohmann::json chat_logprobs(std::span<const TokenLogprob> shown, const PieceOf& piece) {
     const auto entry = [&](Token token, double logprob) {
         const std::string text = piece(token);
         nlohmann::json bytes = nlohmann::json::array();
@@ -51,7 +52,7 @@ using PieceOf = std::function<std::string(Token)>;
         return nlohmann::json{{"token", text}, {"logprob", logprob}, {"bytes", bytes}};
     };
     nlohmann::json content = nlohmann::json::array();
-    for (const TokenLogprob& t : std::span(g.logprobs).first(std::min(count, g.logprobs.size()))) {
+    for (const TokenLogprob& t : shown) {
         nlohmann::json e = entry(t.token, t.logprob);
         e["top_logprobs"] = nlohmann::json::array();
         for (const TopLogprob& a : t.top) e["top_logprobs"].push_back(entry(a.token, a.logprob));
@@ -71,10 +72,11 @@ using PieceOf = std::function<std::string(Token)>;
             {"target_passes", g.stats.target_forward_passes}};
 }
 
-// A chunk of a streamed completion (finish: the last one).
+// A chunk of a streamed completion (finish: the last one); logprobs: its tokens' (or null).
 [[nodiscard]] inline std::string completion_event(const std::string& id, const std::string& model, const std::string& text,
-                                                  const std::vector<Token>& tokens, const char* finish) {
-    nlohmann::json choice{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"tokens", tokens}};
+                                                  const std::vector<Token>& tokens, const char* finish,
+                                                  nlohmann::json logprobs = nullptr) {
+    nlohmann::json choice{{"index", 0}, {"text", text}, {"logprobs", std::move(logprobs)}, {"tokens", tokens}};
     choice["finish_reason"] = finish ? nlohmann::json(finish) : nlohmann::json(nullptr);
     const nlohmann::json chunk{{"id", id},           {"object", "text_completion"}, {"created", unix_now()},
                                {"model", model},     {"choices", nlohmann::json::array({choice})}};
@@ -83,8 +85,9 @@ using PieceOf = std::function<std::string(Token)>;
 
 // A chunk of a streamed chat answer: `delta` is {"role"} first, then {"content"}, {} with the finish.
 [[nodiscard]] inline std::string chat_event(const std::string& id, const std::string& model, nlohmann::json delta,
-                                            const std::vector<Token>& tokens, const char* finish) {
-    nlohmann::json choice{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"tokens", tokens}};
+                                            const std::vector<Token>& tokens, const char* finish,
+                                            nlohmann::json logprobs = nullptr) {
+    nlohmann::json choice{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)}, {"tokens", tokens}};
     choice["finish_reason"] = finish ? nlohmann::json(finish) : nlohmann::json(nullptr);
     const nlohmann::json chunk{{"id", id},           {"object", "chat.completion.chunk"}, {"created", unix_now()},
                                {"model", model},     {"choices", nlohmann::json::array({choice})}};

@@ -162,6 +162,16 @@ public:
         throw Error("request " + std::to_string(id) + " is not known (or its result was already taken)");
     }
 
+    // A running request's generation so far (tokens, logprobs, counts) as of
+    // the last step; nullptr when it is not running. A server streams the
+    // logprobs of the tokens on_token gave from here. Valid until the next
+    // step() or submit().
+    [[nodiscard]] const GenerationResult* progress(RequestId id) const {
+        for (const auto& slot : slots_)
+            if (slot->occupied && slot->id == id) return &slot->result;
+        return nullptr;
+    }
+
     [[nodiscard]] std::size_t slots() const { return slots_.size(); }
     [[nodiscard]] std::size_t waiting_requests() const { return waiting_.size(); }
     [[nodiscard]] std::size_t running_requests() const {
