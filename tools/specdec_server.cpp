@@ -60,6 +60,7 @@ struct Options {
     std::string synthetic_size = "tiny";
     std::size_t slots = 4, context = 0, threads = 0, max_queue = 64, max_body = 1 << 20, draft_max = 8;
     std::size_t timeout = 600;
+    std::size_t prefill_chunk = 512;
     std::string host = "127.0.0.1", api_key;
     int port = 8080;
     specdec::cli::Engine engine = specdec::cli::Engine::specdec;
@@ -104,6 +105,10 @@ const std::vector<Flag>& server_flags() {
         {{"-t", "--threads"}, "N", "CPU threads; 0 = every core (default 0)", [](Options& o, V f, V v) { o.threads = parse_count(f, v); }},
         {{"--draft-max"}, "N", "most draft tokens per request per step (default 8)",
          [](Options& o, V f, V v) { o.draft_max = parse_count(f, v, 1); }},
+        {{"--prefill-chunk"}, "N",
+         "most prompt tokens prefilled per step, so that a long prompt does not stall the running streams; "
+         "0 = each prompt whole (default 512)",
+         [](Options& o, V f, V v) { o.prefill_chunk = parse_count(f, v); }},
         {{"--host"}, "ADDR", "address to listen on (default 127.0.0.1)", [](Options& o, V, V v) { o.host = v; }},
         {{"--port"}, "N", "port (default 8080; 0 = any free port, printed at start)",
          [](Options& o, V f, V v) {
@@ -248,7 +253,7 @@ public:
            std::string model_name)
         : options_(o), codec_(std::move(codec)), model_name_(std::move(model_name)),
           limits_{target.vocab_size(), target.context_length(), o.draft_max},
-          engine_(target, draft, metrics_, o.slots) {}
+          engine_(target, draft, metrics_, o.slots, o.prefill_chunk) {}
 
     int serve() {
         http_.new_task_queue = [n = options_.slots + options_.max_queue + 8] { return new httplib::ThreadPool(n); };

@@ -24,6 +24,7 @@
 #include "specdec/core/rng.hpp"
 #include "specdec/decoding/autoregressive_decoder.hpp"
 #include "specdec/decoding/batched_decoder.hpp"
+#include "specdec/decoding/speculative_decoder.hpp"
 #include "specdec/models/llama_model.hpp"
 #include "specdec/models/synthetic.hpp"
 #include "support/catch.hpp"
@@ -225,6 +226,77 @@ TEST_CASE("batched greedy decoding on stories260K equals each request's own auto
                                      LlamaModel::from_gguf(q8_path, {.thread_pool = pool, .sequences = slots})};
         },
         reference, 900);
+}
+
+TEST_CASE("chunked prefill (BatchOptions::prefill_chunk) gives the tokens of a whole prefill, bitwise, while the "
+          "running requests keep stepping",
+          "[model][batched][prefill]") {
+    // Four requests decode; a fifth with a long prompt arrives after three
+    // steps. Greedy and seeded T = 1 requests (these at a fixed draft
+    // length), a draft model under AutoBatchLength: every request's tokens equal those of the same run
+    // with whole prefills, and equal the request decoded alone.
+    const specdec::SyntheticOptions shape{.size = "tiny", .seed = 5, .threads = 2, .max_context = 512, .sequences = 5};
+    std::vector<GreedyRequest> requests;
+    for (std::size_t r = 0; r < 5; ++r) {
+        GreedyRequest q;
+        const std::size_t length = r == 4 ? 300 : 6 + r;
+        for (std::size_t i = 0; i < length; ++i) q.prompt.push_back(static_cast<Token>((r * 131 + i * 17) % 500 + 1));
+        q.options.max_new_tokens = 40;
+        q.options.sampling.temperature = r % 2 == 0 ? 0.0 : 1.0;
+        q.options.seed = 100 + r;
+        // A sampled request's tokens depend on its draft lengths, which the
+        // policy chooses from timings: it fixes its length, as a server's
+        // seeded requests do.
+        if (r % 2 == 1) q.options.drafting = specdec::Drafting::fixed;
+        requests.push_back(std::move(q));
+    }
+    struct Run {
+        std::map<RequestId, std::vector<Token>> tokens;
+        std::size_t steps_while_prefilling = 0, most_prefilled = 0, prefill_tokens = 0;
+    };
+    auto run = [&](std::size_t chunk) {
+        specdec::SyntheticPair pair = specdec::make_synthetic_pair(shape);
+        specdec::BatchedDecoder<LlamaModel, LlamaModel, specdec::TokenwiseRejection, specdec::AutoBatchLength> decoder(
+            specdec::target(pair.target), specdec::draft(pair.draft), {.prefill_chunk = chunk});
+        std::vector<RequestId> ids;
+        for (std::size_t r = 0; r < 4; ++r) ids.push_back(decoder.submit(requests[r].prompt, requests[r].options));
+        Run out;
+        for (std::size_t step = 0; !decoder.idle() || ids.size() < 5; ++step) {
+            if (step == 3) ids.push_back(decoder.submit(requests[4].prompt, requests[4].options));
+            const specdec::BatchStepReport report = decoder.step();
+            out.prefill_tokens += report.prefill_tokens;
+            out.most_prefilled = std::max(out.most_prefilled, report.prefill_tokens);
+            if (step >= 3 && ids.size() == 5 && decoder.status(ids[4]) == RequestStatus::running &&
+                decoder.progress(ids[4])->tokens.empty() && report.sequences > 0)
+                ++out.steps_while_prefilling;
+        }
+        for (RequestResult& r : decoder.take_finished()) {
+            REQUIRE(r.status == RequestStatus::finished);
+            out.tokens[r.id] = r.generation.tokens;
+        }
+        REQUIRE(out.tokens.size() == 5);
+        return out;
+    };
+    const Run whole = run(0);
+    const Run chunked = run(32);
+    for (const auto& [id, tokens] : whole.tokens) {
+        INFO("request " << id);
+        CHECK(chunked.tokens.at(id) == tokens);
+    }
+    CHECK(whole.most_prefilled >= 299);   // the long prompt in one step
+    CHECK(chunked.most_prefilled <= 32);  // never more than a chunk a step
+    CHECK(chunked.prefill_tokens == whole.prefill_tokens);
+    // The others stepped while the long prompt went in, chunk by chunk (299 / 32 -> 10 steps).
+    CHECK(chunked.steps_while_prefilling >= 9);
+    // And each request's tokens are its own, alone.
+    specdec::SyntheticPair alone_pair = specdec::make_synthetic_pair({.size = "tiny", .seed = 5, .threads = 2, .max_context = 512});
+    for (std::size_t r = 0; r < 5; ++r) {
+        INFO("request " << r);
+        specdec::SpeculativeDecoder<LlamaModel, LlamaModel, specdec::TokenwiseRejection, specdec::FixedLength> single(
+            specdec::target(alone_pair.target), specdec::draft(alone_pair.draft), requests[r].options);
+        if (requests[r].options.sampling.temperature == 0.0)
+            CHECK(single.generate(requests[r].prompt).tokens == chunked.tokens.at(static_cast<RequestId>(r + 1)));
+    }
 }
 
 }  // namespace batched_greedy

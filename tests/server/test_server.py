@@ -2,8 +2,9 @@
 (each answered with OpenAI's error shape and the right status while the
 server keeps serving), greedy tokens equal to the library's own single-request
 decoding, streaming equal to the whole answer, 1 to 16 concurrent clients
-and 64 on 16 slots, and a seeded T = 1 request whose tokens are the same alone and among 15
-concurrent others.
+and 64 on 16 slots, a seeded T = 1 request whose tokens are the same alone and among 15
+concurrent others, and a long prompt admitted in chunks (--prefill-chunk 16)
+beside four streams, every answer the library's.
 
     test_server.py SERVER REFERENCE
 """
@@ -214,6 +215,28 @@ try:
             f.check(status == 200 and tokens == expected[i], f"64 clients, client {i}: {status} {tokens}")
     _, values = server.metrics()
     f.check(values.get('specdec_requests_ended_total{status="finished"}') == 64, f"64 clients: {values}")
+finally:
+    code = server.stop()
+f.check(code == 0, f"the server exited with {code} after SIGINT")
+
+# --- Chunked prefill: a 400-token prompt goes in 16 tokens a step while four
+# streams run; every answer equals the library's alone.
+server = Server(server_binary, "--synthetic", "-np", "5", "-t", "1", "--prefill-chunk", "16")
+try:
+    long_prompt = [1 + (i * 37) % 500 for i in range(400)]
+    expected_long = reference_tokens(reference, "tiny", 24, long_prompt)
+    expected = {i: reference_tokens(reference, "tiny", 64, [1 + i, 2 + i, 3 + i]) for i in range(4)}
+
+    def streamed(i):
+        status, events, done = server.stream(prompt=[1 + i, 2 + i, 3 + i], max_tokens=64, temperature=0)
+        return i, status, [t for e in events for c in e["choices"] for t in c["tokens"]]
+
+    with concurrent.futures.ThreadPoolExecutor(5) as pool:
+        streams = pool.map(streamed, range(4))
+        status, body = server.complete(prompt=long_prompt, max_tokens=24, temperature=0)
+        f.check(status == 200 and body["choices"][0]["tokens"] == expected_long, f"chunked 400-token prompt: {status} {body}")
+        for i, status, tokens in streams:
+            f.check(status == 200 and tokens == expected[i], f"stream {i} beside a chunked prefill: {status} {tokens}")
 finally:
     code = server.stop()
 f.check(code == 0, f"the server exited with {code} after SIGINT")

@@ -126,8 +126,10 @@ class Engine {
 public:
     using Decoder = BatchedDecoder<Target, Draft, TokenwiseRejection, AutoBatchLength>;
 
-    Engine(Target& target, Draft& draft, Metrics& metrics, std::size_t slots)
-        : decoder_(specdec::target(target), specdec::draft(draft), BatchOptions{.max_sequences = slots},
+    // prefill_chunk: BatchOptions::prefill_chunk (0: whole prompts).
+    Engine(Target& target, Draft& draft, Metrics& metrics, std::size_t slots, std::size_t prefill_chunk)
+        : decoder_(specdec::target(target), specdec::draft(draft),
+                   BatchOptions{.max_sequences = slots, .prefill_chunk = prefill_chunk},
                    TokenwiseRejection{}, AutoBatchLength{}),
           metrics_(&metrics) {
         thread_ = std::thread([this] { loop(); });

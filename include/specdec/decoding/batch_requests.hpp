@@ -47,11 +47,19 @@ using TokenStream = std::function<bool(Token)>;
 
 struct BatchOptions {
     std::size_t max_sequences = 0;  // requests decoded at once; 0 = every slot the models have
+    // Chunked prefill: the most prompt tokens a step prefills, over all the
+    // requests being admitted, so that a long prompt delays the running
+    // requests' steps by a chunk's pass at a time instead of its whole
+    // prefill; a request decodes once its prompt is in. 0: each admitted
+    // prompt whole, in the step that admits it.
+    std::size_t prefill_chunk = 0;
 };
 
 // What one step() did.
 struct BatchStepReport {
-    std::size_t admitted = 0;       // requests prefilled into a slot at the start of the step
+    std::size_t admitted = 0;       // requests given a slot at the start of the step
+    std::size_t prefill_tokens = 0; // prompt tokens prefilled at the start of the step (BatchOptions::prefill_chunk)
+    double prefill_seconds = 0.0;
     std::size_t sequences = 0;      // requests in the target pass
     std::size_t target_tokens = 0;  // tokens in the target pass
     std::size_t drafts = 0;         // draft tokens proposed

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <limits>
 #include <span>
 #include <string>
 #include <utility>
@@ -73,9 +74,12 @@ public:
     GenerationResult result;
     Clock::time_point started{};
 
-    // Prefills a new request's prompt (keeping what the slot's cache shares
-    // with it). Throws specdec::Error for invalid options or prompt.
-    void admit(RequestId request, std::span<const Token> prompt, DecodingOptions options, TokenStream on_token) {
+    // Takes a new request and prefills its prompt (keeping what the slot's
+    // cache shares with it), at most `budget` tokens now: the rest by
+    // prefill_some() in later steps, while prefilling() holds. Returns the
+    // tokens computed. Throws specdec::Error for invalid options or prompt.
+    std::size_t admit(RequestId request, std::span<const Token> prompt, DecodingOptions options, TokenStream on_token,
+                      std::size_t budget = std::numeric_limits<std::size_t>::max()) {
         id = request;
         occupied = true;
         cancel_requested = false;
@@ -83,9 +87,12 @@ public:
         result = GenerationResult{};
         started = Clock::now();
         this->set_options(std::move(options), kSpeculative);
-        result.stats = this->prefill(prompt);
+        result.stats = this->begin_prefill(prompt);
         result.seed = this->seed();
+        return prefill_some(budget);
     }
+    std::size_t prefill_some(std::size_t budget) { return this->continue_prefill(budget, result.stats); }
+    [[nodiscard]] bool prefilling() const { return occupied && this->prefill_pending(); }
 
     [[nodiscard]] std::size_t remaining() const { return this->options_.max_new_tokens - result.tokens.size(); }
     StepRecord open() { return this->begin_step(remaining()); }

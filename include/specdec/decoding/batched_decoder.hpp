@@ -20,6 +20,13 @@
 // whatever the batch mates. A step whose policy gives a request 0 drafts
 // samples its token as AutoregressiveDecoder does.
 //
+// A long prompt's prefill can be spread over steps (BatchOptions::
+// prefill_chunk): each step prefills at most that many prompt tokens before
+// its pass, so the running requests wait a chunk's pass per step instead of
+// the whole prefill; the request decodes from the step after its prompt is
+// in. The caches end the same as an unchunked prefill's (on the CPU model,
+// bitwise), and a prefill draws no random numbers: the tokens are the same.
+//
 // How many drafts each request proposes is the policy's (batch_lengths.hpp):
 // AutoBatchLength chooses them for the batch's throughput, down to 0 for
 // every request when the pass is compute-bound. A draft model that is a
@@ -40,6 +47,7 @@
 #include <concepts>
 #include <cstddef>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -90,7 +98,7 @@ public:
     // fewest of the target's, a draft model's and options.max_sequences.
     BatchedDecoder(TargetRole<Target> target, DraftRole<Draft> draft, BatchOptions options = {}, Rule rule = {},
                    Policy policy = {})
-        : target_(&target.model), rule_(std::move(rule)), policy_(std::move(policy)) {
+        : target_(&target.model), rule_(std::move(rule)), policy_(std::move(policy)), prefill_chunk_(options.prefill_chunk) {
         std::size_t slots = detail::sequence_slots_of(target.model);
         if constexpr (kDraftModel) slots = std::min(slots, detail::sequence_slots_of(draft.source));
         if (options.max_sequences > 0) slots = std::min(slots, options.max_sequences);
@@ -203,10 +211,11 @@ public:
         admit(report);
         const double admission_seconds = detail::seconds_since(admission_start);
 
-        // Open a step for every running request; a full context ends it.
+        // Open a step for every running request whose prompt is in; a full
+        // context ends it.
         active_.clear();
         for (auto& slot : slots_) {
-            if (!slot->occupied) continue;
+            if (!slot->occupied || slot->prefilling()) continue;
             detail::StepRecord record = slot->open();
             if (record.stopped()) {
                 slot->close_unrun(record);
@@ -272,22 +281,47 @@ private:
     };
     using Active = detail::ActiveRequest<Slot>;
 
+    // Gives waiting requests free slots and prefills their prompts, within
+    // the step's prefill budget (BatchOptions::prefill_chunk): the prompts
+    // admitted in earlier steps go on first, in the order they came.
     void admit(BatchStepReport& report) {
-        while (!waiting_.empty()) {
+        const auto start = detail::Clock::now();
+        std::size_t budget = prefill_chunk_ > 0 ? prefill_chunk_ : std::numeric_limits<std::size_t>::max();
+        auto prefill = [&](Slot& slot, auto&& compute) {
+            try {
+                const std::size_t computed = compute();
+                budget -= computed;
+                report.prefill_tokens += computed;
+                if (slot.prefilling()) prefilling_.push_back(&slot);
+            } catch (const Error& error) {
+                retire(slot, RequestStatus::failed, error.what(), report);
+            }
+        };
+        std::vector<Slot*> earlier = std::exchange(prefilling_, {});
+        for (Slot* slot : earlier) {
+            if (!slot->prefilling()) continue;  // retired (cancelled) since
+            if (budget == 0) {
+                prefilling_.push_back(slot);
+                continue;
+            }
+            prefill(*slot, [&] { return slot->prefill_some(budget); });
+        }
+        while (!waiting_.empty() && budget > 0) {
             Slot* slot = free_slot_for(waiting_.front().prompt);
-            if (slot == nullptr) return;
+            if (slot == nullptr) break;
             Waiting request = std::move(waiting_.front());
             waiting_.pop_front();
-            try {
-                slot->admit(request.id, request.prompt, std::move(request.options), std::move(request.stream));
-                rules_[slot_index(*slot)] = std::move(request.rule);
+            slot->occupied = true;
+            slot->id = request.id;
+            rules_[slot_index(*slot)] = std::move(request.rule);
+            prefill(*slot, [&] {
+                const std::size_t computed =
+                    slot->admit(request.id, request.prompt, std::move(request.options), std::move(request.stream), budget);
                 ++report.admitted;
-            } catch (const Error& error) {
-                slot->occupied = true;
-                slot->id = request.id;
-                retire(*slot, RequestStatus::failed, error.what(), report);
-            }
+                return computed;
+            });
         }
+        report.prefill_seconds = detail::seconds_since(start);
     }
 
     // The free slot whose sequence shares the longest prefix with `prompt`
@@ -433,6 +467,8 @@ private:
     Rule rule_;
     std::vector<Rule> rules_;  // the rule of the request in each slot
     Policy policy_;
+    std::size_t prefill_chunk_ = 0;  // BatchOptions::prefill_chunk
+    std::vector<Slot*> prefilling_;  // slots whose prompts are partly in, in the order they came
     std::deque<detail::SlotModel<Target>> target_slots_;
     std::deque<typename detail::BatchDraftFor<Draft>::Model> draft_slots_;
     std::vector<std::unique_ptr<Slot>> slots_;

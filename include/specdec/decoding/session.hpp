@@ -147,22 +147,47 @@ public:
     // or a prompt longer than the target's context.
     // After the call: the target's cache holds prompt[0 .. n - 1).
     GenerationStats prefill(std::span<const Token> prompt) {
-        const auto start = Clock::now();
+        GenerationStats stats = begin_prefill(prompt);
+        continue_prefill(std::numeric_limits<std::size_t>::max(), stats);
+        return stats;
+    }
+
+    // prefill() in parts, for a batched decoder that spreads a long prompt
+    // over several steps so that the running requests keep their pace.
+    // begin_prefill makes `prompt` the committed sequence (checked; the seed
+    // drawn) and computes nothing; each continue_prefill runs the target and
+    // the draft over at most `budget` more prompt tokens, adds its counts and
+    // time to `stats` and returns the tokens computed. prefill_pending() is
+    // true until a continue_prefill computed the rest. The caches end as
+    // prefill()'s do (the draft is given the prompt's growing prefixes).
+    GenerationStats begin_prefill(std::span<const Token> prompt) {
         check_prompt(prompt, target_.model().vocab_size(), target_.model().context_length());
         sequence_.assign(prompt.begin(), prompt.end());
         seed_ = options_.seed ? *options_.seed : fresh_seed();
         if (options_.sampling.constraint != nullptr) options_.sampling.constraint->reset();
+        prefill_pending_ = true;
         GenerationStats stats;
         stats.prompt_tokens = prompt.size();
-        const std::span<const Token> uncached = target_.uncached_suffix(sequence_);
-        if (uncached.size() > 1) {
-            target_.prefill(uncached.first(uncached.size() - 1));
-            stats.prefill_tokens = stats.target_tokens = uncached.size() - 1;
-        }
-        drafter_.prefill(sequence_);
-        stats.prefill_seconds = seconds_since(start);
         return stats;
     }
+    std::size_t continue_prefill(std::size_t budget, GenerationStats& stats) {
+        const auto start = Clock::now();
+        // The prompt's last token is left for the first step to feed.
+        const std::span<const Token> uncached = target_.uncached_suffix(sequence_);
+        const std::size_t left = uncached.size() - 1;
+        const std::size_t computed = std::min(budget, left);
+        if (computed > 0) {
+            target_.prefill(uncached.first(computed));
+            stats.prefill_tokens += computed;
+            stats.target_tokens += computed;
+        }
+        const std::size_t cached = sequence_.size() - 1 - (left - computed);
+        drafter_.prefill(std::span<const Token>(sequence_).first(cached + 1));
+        prefill_pending_ = computed < left;
+        stats.prefill_seconds += seconds_since(start);
+        return computed;
+    }
+    [[nodiscard]] bool prefill_pending() const { return prefill_pending_; }
 
     // prefill(prompt), then step() until options().max_new_tokens tokens were
     // emitted, a stop token was emitted (it is included), on_token returned
@@ -425,6 +450,7 @@ protected:
     KvSync<Target> target_;
     std::vector<Token> feed_;  // the current pass's input (feed_pass)
     std::uint64_t seed_ = 0;   // this generation's (seed())
+    bool prefill_pending_ = false;  // begin_prefill ran, continue_prefill has not finished
 
 private:
     Decoder& self() { return static_cast<Decoder&>(*this); }
