@@ -1,35 +1,46 @@
 #!/usr/bin/env python3
-"""Speculation under load: llama-server with a draft model beside specdec's batched decoder, same files.
+"""Speculation under load, over HTTP: llama-server and specdec-server on the
+same files, the same requests, the same clients.
 
     scripts/compare_llama_server.py --llama-bin DIR --target T.gguf --draft D.gguf
-        [--batch 1,2,4,8] [--threads 2] [--rounds 3] [--new-tokens 64] [--draft-max 3]
-        [--temperature 0] [--specdec-bench build/benchmarks/specdec-bench]
+        [--specdec-server build/tools/specdec-server] [--engines specdec,llama.cpp]
+        [--batch 1,2,4,8,16,32] [--temperatures 0,1] [--threads 2] [--rounds 3]
+        [--new-tokens 64] [--draft-max 3] [--json out.json] [--svg out.svg]
+        [--specdec-bench build/benchmarks/specdec-bench]
 
-DIR holds llama.cpp's llama-server (a llama.cpp build with its tools; the
-pinned source of scripts/build-llama-cpp.sh builds it with
--DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON and the target llama-server).
+DIR holds llama.cpp's llama-server (scripts/build-llama-cpp.sh with
+SPECDEC_LLAMA_EXAMPLES=llama-server builds it from the pinned source).
 
-For each batch size B the server runs with B slots (-np B), once without a
-draft model and once with --model-draft (llama.cpp's draft-simple
-speculation, --spec-draft-n-max, its default p_min), and serves 2 x B
-requests at a concurrency of B: each request is a seeded 16-token prompt
-(token ids) and --new-tokens tokens at --temperature with ignore_eos, the
-same requests in both runs. At T > 0 both sides sample from the plain
-softmax (the server: top_k 0, top_p 1, min_p 0). Throughput is the generated tokens over the wall
-time from the first request sent to the last answer. So each side's ratio
-(with a draft / without) compares the server with itself, as specdec-bench
---batch compares AutoBatchLength and fixed k with batched plain decoding.
+Servers, each started per concurrency B with B slots and stopped after:
+  llama-server            plain decoding
+  llama-server + draft    --model-draft, --spec-type draft-simple, --spec-draft-n-max --draft-max
+  specdec-server          (with --specdec-server) per engine in --engines:
+                          speculation on (its default: AutoBatchLength) and
+                          off (each request's speculative.n_max = 0)
+
+Each serves 2 x B requests at concurrency B (B client threads, two requests
+each): a seeded 16-token prompt (token ids), --new-tokens tokens with
+ignore_eos, streamed, at each temperature (T > 0: the plain softmax, top_k 0,
+top_p 1, min_p 0 on both). llama-server's requests carry a seed; specdec's
+do not at T > 0 (a seeded request there drafts a fixed length so that its
+tokens do not depend on the load, see docs/serving.md; unseeded ones follow
+the length policy). Measured at the client: total tokens/s (all tokens over
+the wall time from the first request sent to the last token), time to first
+token (mean, p99) and inter-token latency (the gaps between a request's
+consecutive tokens, tokens of one event 0 apart; mean, p99).
+
+Rounds alternate the order of the servers. It prints medians over rounds
+(with their range) and the ratios the serving goals name; --json keeps every
+number, --svg draws tokens/s against concurrency per temperature.
 
 With --specdec-bench (built against llama.cpp), every round also runs
-specdec-bench --engine llama.cpp --batch with the same files, batch sizes and
-temperature (at T > 0 with block verification): its auto and best fixed k
-over batched plain decoding, both on llama.cpp.
-
-Rounds alternate the order of the two server runs. It prints the median over
-the rounds (with their range). Exit status: 0, or 1 when a tool failed.
+specdec-bench --engine llama.cpp --batch on the same files (in-process, no
+HTTP): its auto and best fixed k over its batched plain decoding.
+Exit status: 0, or 1 when a server or tool failed.
 """
 import argparse
 import concurrent.futures
+import http.client
 import json
 import os
 import random
@@ -39,8 +50,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 
 
 def free_port():
@@ -49,42 +58,33 @@ def free_port():
         return s.getsockname()[1]
 
 
-def post(url, body, timeout):
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.loads(response.read())
-
-
 class Server:
-    def __init__(self, args, batch, with_draft):
+    """A server process on a free port, ready once /health answers 200."""
+
+    def __init__(self, command, name):
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        command = [os.path.join(args.llama_bin, "llama-server"), "-m", args.target, "-t", str(args.threads),
-                   "-tb", str(args.threads), "-np", str(batch), "-c", str(batch * args.context), "-ngl", "0",
-                   "--host", "127.0.0.1", "--port", str(self.port), "--cache-ram", "0"]
-        if with_draft:
-            command += ["--model-draft", args.draft, "--spec-type", "draft-simple", "--spec-draft-n-max", str(args.draft_max),
-                        "--spec-draft-n-min", "0", "--spec-draft-ngl", "0", "--threads-draft", str(args.threads)]
+        self.name = name
+        self.command = command + ["--host", "127.0.0.1", "--port", str(self.port)]
         self.log = tempfile.TemporaryFile(mode="w+")
-        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
-        self.command = command
-        deadline = time.time() + 120
+        self.process = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 300
         while True:
             if self.process.poll() is not None:
                 self.fail("exited before it was ready")
             try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, OSError):
+                connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+                connection.request("GET", "/health")
+                if connection.getresponse().status == 200:
+                    return
+            except OSError:
                 pass
             if time.time() > deadline:
-                self.fail("not ready after 120 s")
+                self.fail("not ready after 300 s")
             time.sleep(0.25)
 
     def fail(self, why):
         self.log.seek(0)
-        sys.stderr.write(f"llama-server {why}: {' '.join(self.command)}\n{self.log.read()[-4000:]}\n")
+        sys.stderr.write(f"{self.name} {why}: {' '.join(self.command)}\n{self.log.read()[-4000:]}\n")
         self.stop()
         sys.exit(1)
 
@@ -92,48 +92,127 @@ class Server:
         if self.process.poll() is None:
             self.process.terminate()
             try:
-                self.process.wait(timeout=20)
+                self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
 
 
-def serve(args, batch, with_draft, prompts):
-    server = Server(args, batch, with_draft)
+def stream(port, path, body):
+    """Sends a streamed request; returns [(arrival time, tokens in the event)] and the tokens in all."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    try:
+        connection.request("POST", path, body=json.dumps({**body, "stream": True}),
+                           headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        if response.status != 200:
+            raise RuntimeError(f"HTTP {response.status}: {response.read()[:300]!r}")
+        arrivals, buffer, done = [], b"", False
+        while not done:
+            chunk = response.read1(65536)
+            if not chunk:
+                break
+            buffer += chunk
+            while b"\n\n" in buffer:
+                event, buffer = buffer.split(b"\n\n", 1)
+                if not event.startswith(b"data: "):
+                    continue
+                data = event[len(b"data: "):]
+                if data == b"[DONE]":
+                    done = True
+                    break
+                parsed = json.loads(data)
+                if "error" in parsed:
+                    raise RuntimeError(f"error event: {parsed['error']}")
+                if "choices" in parsed:  # specdec-server (OpenAI's shape, with the token ids)
+                    count = sum(len(c.get("tokens", [])) for c in parsed["choices"])
+                else:  # llama-server's /completion
+                    count = len(parsed.get("tokens", [])) if "tokens" in parsed else (1 if parsed.get("content") else 0)
+                    done = done or parsed.get("stop", False)
+                if count:
+                    arrivals.append((time.perf_counter(), count))
+        return arrivals
+    finally:
+        connection.close()
+
+
+def percentile(values, p):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))] if ordered else float("nan")
+
+
+def serve(args, config, batch, temperature, prompts):
+    kind, engine, speculative = config
+    if kind == "llama-server":
+        command = [os.path.join(args.llama_bin, "llama-server"), "-m", args.target, "-t", str(args.threads),
+                   "-tb", str(args.threads), "-np", str(batch), "-c", str(batch * args.context), "-ngl", "0",
+                   "--cache-ram", "0"]
+        if speculative:
+            command += ["--model-draft", args.draft, "--spec-type", "draft-simple", "--spec-draft-n-max",
+                        str(args.draft_max), "--spec-draft-n-min", "0", "--spec-draft-ngl", "0", "--threads-draft",
+                        str(args.threads)]
+    else:
+        command = [args.specdec_server, "--engine", engine, "-m", args.target, "-md", args.draft, "-t", str(args.threads),
+                   "-np", str(batch), "-c", str(args.context), "--max-queue", str(2 * batch)]
+    server = Server(command, config_name(config))
     try:
         def one(index):
-            body = {"prompt": prompts[index], "n_predict": args.new_tokens, "temperature": args.temperature,
-                    "top_k": 0, "top_p": 1.0, "min_p": 0.0, "ignore_eos": True, "cache_prompt": False,
-                    "seed": 1 + index}
-            answer = post(server.url + "/completion", body, timeout=600)
-            timings = answer.get("timings", {})
-            return (int(timings.get("predicted_n", answer.get("tokens_predicted", 0))),
-                    int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0)))
+            if kind == "llama-server":
+                body = {"prompt": prompts[index], "n_predict": args.new_tokens, "temperature": temperature, "top_k": 0,
+                        "top_p": 1.0, "min_p": 0.0, "ignore_eos": True, "cache_prompt": False, "seed": 1 + index,
+                        "return_tokens": True}
+                path = "/completion"
+            else:
+                body = {"prompt": prompts[index], "max_tokens": args.new_tokens, "temperature": temperature,
+                        "ignore_eos": True}
+                if temperature == 0:
+                    body["seed"] = 1 + index
+                if not speculative:
+                    body["speculative.n_max"] = 0
+                path = "/v1/completions"
+            sent = time.perf_counter()
+            return sent, stream(server.port, path, body)
+
+        def client(c):
+            return [one(c), one(c + batch)]
 
         start = time.perf_counter()
         with concurrent.futures.ThreadPoolExecutor(max_workers=batch) as pool:
-            results = list(pool.map(one, range(len(prompts))))
-        seconds = time.perf_counter() - start
-    except (urllib.error.URLError, OSError, ValueError) as error:
+            results = [r for pair in pool.map(client, range(batch)) for r in pair]
+        end = max(arrivals[-1][0] for _, arrivals in results)
+    except (OSError, RuntimeError, ValueError) as error:
         server.fail(f"request failed ({error})")
     finally:
         server.stop()
-    tokens = sum(r[0] for r in results)
-    drafted = sum(r[1] for r in results)
-    accepted = sum(r[2] for r in results)
+    tokens = sum(n for _, arrivals in results for _, n in arrivals)
     if tokens != len(prompts) * args.new_tokens:
-        sys.stderr.write(f"llama-server generated {tokens} tokens, expected {len(prompts) * args.new_tokens}\n")
+        sys.stderr.write(f"{config_name(config)} generated {tokens} tokens, expected {len(prompts) * args.new_tokens}\n")
         sys.exit(1)
-    return tokens / seconds, (accepted / drafted if drafted else None)
+    first = [arrivals[0][0] - sent for sent, arrivals in results]
+    gaps = []
+    for _, arrivals in results:
+        for (a, _), (b, n) in zip(arrivals, arrivals[1:]):
+            gaps.append(b - a)
+            gaps.extend([0.0] * (n - 1))
+        gaps.extend([0.0] * (arrivals[0][1] - 1))
+    return {"tokens_per_second": tokens / (end - start), "ttft_mean": statistics.mean(first), "ttft_p99": percentile(first, 99),
+            "itl_mean": statistics.mean(gaps), "itl_p99": percentile(gaps, 99)}
 
 
-def specdec_batch(args):
+def config_name(config):
+    kind, engine, speculative = config
+    if kind == "llama-server":
+        return "llama-server + draft" if speculative else "llama-server"
+    return f"specdec-server ({engine}){'' if speculative else ', no speculation'}"
+
+
+def specdec_batch(args, temperature):
     with tempfile.TemporaryDirectory() as folder:
         report = os.path.join(folder, "batch.json")
         command = [args.specdec_bench, "--engine", "llama.cpp", "--target", args.target, "--draft", args.draft,
                    "--threads", str(args.threads), "--batch", ",".join(map(str, args.batch)),
-                   "--temperature", str(args.temperature), "--json", report]
-        if args.temperature > 0:
+                   "--temperature", str(temperature), "--json", report]
+        if temperature > 0:
             command += ["--rule", "block"]
         result = subprocess.run(command, capture_output=True, text=True, errors="replace")
         if result.returncode != 0:
@@ -145,66 +224,134 @@ def specdec_batch(args):
             for s in sizes}
 
 
+def svg(path, table, configs, batches, temperatures):
+    """tokens/s (median) against concurrency, one panel per temperature, one line per server."""
+    colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#98df8a", "#d62728", "#ff9896"]
+    width, height, pad = 420, 300, 50
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width * len(temperatures)}" height="{height + 40 + 18 * len(configs)}" '
+             'font-family="sans-serif" font-size="11">']
+    for p, t in enumerate(temperatures):
+        x0 = p * width
+        top = max(statistics.median(table[(config_name(c), t, b)]) for c in configs for b in batches) * 1.1
+        def x(i):
+            return x0 + pad + i * (width - 2 * pad) / max(1, len(batches) - 1)
+        def y(v):
+            return height - pad + 10 - v / top * (height - 2 * pad)
+        parts.append(f'<text x="{x0 + width / 2}" y="16" text-anchor="middle">T = {t:g}: tokens/s against concurrency</text>')
+        parts.append(f'<line x1="{x(0)}" y1="{y(0)}" x2="{x(len(batches) - 1)}" y2="{y(0)}" stroke="black"/>')
+        parts.append(f'<line x1="{x(0)}" y1="{y(0)}" x2="{x(0)}" y2="{y(top)}" stroke="black"/>')
+        for i, b in enumerate(batches):
+            parts.append(f'<text x="{x(i)}" y="{y(0) + 14}" text-anchor="middle">{b}</text>')
+        for k in range(5):
+            v = top * k / 4
+            parts.append(f'<text x="{x(0) - 4}" y="{y(v) + 4}" text-anchor="end">{v:.0f}</text>')
+        for c, config in enumerate(configs):
+            points = " ".join(f"{x(i):.1f},{y(statistics.median(table[(config_name(config), t, b)])):.1f}"
+                              for i, b in enumerate(batches))
+            parts.append(f'<polyline points="{points}" fill="none" stroke="{colours[c % len(colours)]}" stroke-width="2"/>')
+    for c, config in enumerate(configs):
+        yy = height + 30 + 18 * c
+        parts.append(f'<line x1="20" y1="{yy - 4}" x2="44" y2="{yy - 4}" stroke="{colours[c % len(colours)]}" stroke-width="2"/>')
+        parts.append(f'<text x="50" y="{yy}">{config_name(config)}</text>')
+    parts.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(parts) + "\n")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--llama-bin", required=True)
     parser.add_argument("--target", required=True)
     parser.add_argument("--draft", required=True)
-    parser.add_argument("--batch", default="1,2,4,8")
+    parser.add_argument("--specdec-server", default=None)
+    parser.add_argument("--engines", default="specdec", help="specdec-server engines: specdec, llama.cpp or both")
+    parser.add_argument("--batch", default="1,2,4,8,16,32")
+    parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--draft-max", type=int, default=3, help="llama-server's --spec-draft-n-max (its default: 3)")
     parser.add_argument("--context", type=int, default=256, help="positions per slot")
     parser.add_argument("--vocab-ids", type=int, default=1000, help="prompt token ids are drawn from [3, this)")
-    parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--svg", default=None)
     parser.add_argument("--specdec-bench", default=None)
     args = parser.parse_args()
     args.batch = [int(b) for b in args.batch.split(",")]
+    temperatures = [float(t) for t in args.temperatures.split(",")]
     if min(args.batch) < 1 or args.rounds < 1 or args.new_tokens < 1 or args.draft_max < 1:
         parser.error("--batch sizes, --rounds, --new-tokens and --draft-max must be positive")
-    if args.temperature < 0:
-        parser.error("--temperature must be at least 0")
+    if min(temperatures) < 0:
+        parser.error("--temperatures must be at least 0")
     if args.context < 16 + args.new_tokens:
         parser.error(f"--context {args.context} cannot hold a 16-token prompt and {args.new_tokens} new tokens")
 
+    configs = [("llama-server", None, False), ("llama-server", None, True)]
+    if args.specdec_server:
+        for engine in args.engines.split(","):
+            configs += [("specdec-server", engine, True), ("specdec-server", engine, False)]
     rng = random.Random(args.seed)
     prompts = {b: [[rng.randrange(3, args.vocab_ids) for _ in range(16)] for _ in range(2 * b)] for b in args.batch}
-    plain, drafted, acceptance, specdec = ({b: [] for b in args.batch} for _ in range(4))
+    table, specdec = {}, {}
     for round_index in range(args.rounds):
-        for b in args.batch:
-            order = [False, True] if round_index % 2 == 0 else [True, False]
-            for with_draft in order:
-                rate, accepted = serve(args, b, with_draft, prompts[b])
-                (drafted if with_draft else plain)[b].append(rate)
-                if with_draft and accepted is not None:
-                    acceptance[b].append(accepted)
-        if args.specdec_bench:
-            for b, ratios in specdec_batch(args).items():
-                specdec[b].append(ratios)
-        print(f"round {round_index + 1}/{args.rounds}: " + "; ".join(
-            f"B={b} server {plain[b][-1]:.1f} -> {drafted[b][-1]:.1f} tok/s" for b in args.batch), flush=True)
+        for t in temperatures:
+            for b in args.batch:
+                order = configs if round_index % 2 == 0 else list(reversed(configs))
+                for config in order:
+                    measured = serve(args, config, b, t, prompts[b])
+                    for key, value in measured.items():
+                        table.setdefault((config_name(config), t, b, key), []).append(value)
+                    table.setdefault((config_name(config), t, b), []).append(measured["tokens_per_second"])
+                print(f"round {round_index + 1}/{args.rounds}, T = {t:g}, B = {b}: " + "; ".join(
+                    f"{config_name(c)} {table[(config_name(c), t, b)][-1]:.1f}" for c in configs) + " tok/s", flush=True)
+            if args.specdec_bench:
+                for b, ratios in specdec_batch(args, t).items():
+                    specdec.setdefault((t, b), []).append(ratios)
 
-    def spread(values, digits):
+    def spread(values, digits=1):
         return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
-    print(f"{args.target} / {args.draft}, {args.threads} threads, {args.rounds} rounds, medians (range); "
-          f"2 x B requests of 16 prompt tokens and {args.new_tokens} new tokens at T = {args.temperature:g}, concurrency B")
-    header = f"{'B':>3}  {'server plain tok/s':>20}  {'server + draft':>20}  {'ratio':>17}  {'acceptance':>17}"
-    if args.specdec_bench:
-        header += f"  {'specdec auto / batched AR':>26}  {'best fixed k / batched AR':>26}"
-    print(header)
-    for b in args.batch:
-        ratios = [d / p for d, p in zip(drafted[b], plain[b])]
-        line = (f"{b:>3}  {spread(plain[b], 1):>20}  {spread(drafted[b], 1):>20}  {spread(ratios, 2):>17}  "
-                f"{spread(acceptance[b], 2) if acceptance[b] else '-':>17}")
+    print(f"\n{args.target} / {args.draft}, {args.threads} threads, {args.rounds} rounds, medians (range); 2 x B "
+          f"requests of 16 prompt tokens and {args.new_tokens} new tokens, streamed, concurrency B")
+    for t in temperatures:
+        print(f"\nT = {t:g}: tokens/s; time to first token mean / p99 (ms); inter-token latency mean / p99 (ms)")
+        for b in args.batch:
+            for config in configs:
+                n = config_name(config)
+                print(f"  B={b:<3} {n:38s} {spread(table[(n, t, b)]):>22}   ttft "
+                      f"{statistics.median(table[(n, t, b, 'ttft_mean')]) * 1000:6.0f} / "
+                      f"{statistics.median(table[(n, t, b, 'ttft_p99')]) * 1000:6.0f}   itl "
+                      f"{statistics.median(table[(n, t, b, 'itl_mean')]) * 1000:6.1f} / "
+                      f"{statistics.median(table[(n, t, b, 'itl_p99')]) * 1000:6.1f}")
+        if args.specdec_server:
+            print(f"  ratios of medians at T = {t:g}:")
+            for b in args.batch:
+                med = {config_name(c): statistics.median(table[(config_name(c), t, b)]) for c in configs}
+                better = max(med["llama-server"], med["llama-server + draft"])
+                parts = []
+                for engine in args.engines.split(","):
+                    on, off = med[f"specdec-server ({engine})"], med[f"specdec-server ({engine}), no speculation"]
+                    parts.append(f"{engine}: on/off {on / off:.2f}")
+                    if engine == "specdec":
+                        parts.append(f"on / better llama-server {on / better:.2f}, on / llama-server + draft "
+                                     f"{on / med['llama-server + draft']:.2f}")
+                    else:
+                        parts.append(f"on / llama-server {on / med['llama-server']:.2f}")
+                print(f"    B={b:<3} " + "; ".join(parts))
         if args.specdec_bench:
-            auto = [s[0] for s in specdec[b]]
-            best = [s[1] for s in specdec[b]]
-            names = sorted({s[2] for s in specdec[b]})
-            line += f"  {spread(auto, 2):>26}  {spread(best, 2) + ' ' + '/'.join(names):>26}"
-        print(line)
+            for b in args.batch:
+                runs = specdec.get((t, b), [])
+                if runs:
+                    print(f"  specdec-bench --engine llama.cpp B={b}: auto / batched plain {spread([r[0] for r in runs], 2)}, "
+                          f"best fixed k / batched plain {spread([r[1] for r in runs], 2)}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "rows": [{"server": k[0], "temperature": k[1], "batch": k[2],
+                                                     "measure": k[3] if len(k) > 3 else "tokens_per_second", "values": v}
+                                                    for k, v in table.items()]}, f, indent=1)
+    if args.svg:
+        svg(args.svg, table, configs, args.batch, temperatures)
     return 0
 
 

@@ -251,6 +251,9 @@ def main():
     print(f"503 answered in: p99 {percentile(out.busy_answer, 99) * 1000:.1f} ms")
     print(f"resident memory: {warm / 1024:.1f} MiB after the warm-up, peak {peak / 1024:.1f} MiB, "
           f"{end / 1024:.1f} MiB at the end ({(end - warm) / warm * 100:+.1f}%)")
+    marks = [0.1, 0.25, 0.5, 0.75, 1.0]
+    series = [next((kib for t, kib in rss if t >= m * args.seconds), rss[-1][1]) for m in marks]
+    print("resident memory over the run: " + ", ".join(f"{m * 100:.0f}% {kib / 1024:.1f} MiB" for m, kib in zip(marks, series)))
     print(f"disconnects: {out.counts.get('disconnect', 0)}; requests the server counted cancelled: {cancelled:.0f}")
     print("after the clients stopped: " + (f"no request running or waiting within {drained * 1000:.0f} ms" if drained is not None
                                            else "requests still running 5 s later"))

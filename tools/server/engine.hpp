@@ -191,7 +191,7 @@ private:
                 if (live.channel->cancelled()) decoder_.cancel(id);
             if (!decoder_.idle()) {
                 const BatchStepReport report = decoder_.step();
-                metrics_->step(report.sequences, report.drafts);
+                metrics_->step(report);
                 for (auto& [id, live] : live_)
                     if (const GenerationResult* so_far = live.logprobs ? decoder_.progress(id) : nullptr)
                         send_logprobs(live, so_far->logprobs);
@@ -243,8 +243,8 @@ private:
                                (result.status == RequestStatus::cancelled ||
                                 (result.status == RequestStatus::finished && result.generation.stop_reason == StopReason::callback));
         const bool failed = result.status == RequestStatus::failed;
-        metrics_->finished(cancelled ? "cancelled" : failed ? "failed" : "finished", it->second.prompt, result.generation.tokens.size(), stats.draft_tokens_proposed,
-                           stats.draft_tokens_accepted);
+        metrics_->finished(cancelled ? "cancelled" : failed ? "failed" : "finished", it->second.prompt,
+                           result.generation.tokens.size(), stats);
         if (it->second.logprobs) send_logprobs(it->second, result.generation.logprobs);
         it->second.channel->finish(std::move(result));
         live_.erase(it);

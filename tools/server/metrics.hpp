@@ -1,8 +1,11 @@
 #pragma once
 // The server's counters in Prometheus' text format (GET /metrics): requests
-// by endpoint and status, decoder requests by how they ended, tokens, time to first token and inter-token
-// histograms, draft acceptance, mean draft length per request-step, and the
-// queue. Updated from the HTTP threads and the decoding thread under one mutex.
+// by endpoint and status, decoder requests by how they ended, tokens, time to
+// first token and inter-token histograms, draft acceptance (in all and per
+// draft position), mean draft length per request-step, the target pass's
+// width and the step's time, prefill chunks, and the queue. Updated from the
+// HTTP threads and the decoding thread under one mutex.
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdio>
@@ -10,6 +13,10 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include <specdec/decoding/batch_requests.hpp>
+#include <specdec/decoding/generation_result.hpp>
 
 namespace specdec::server {
 
@@ -56,21 +63,30 @@ public:
         inter_token_.observe(seconds);
     }
     // A request that ended: its counts (drafts as its own statistics count them).
-    void finished(const std::string& status, std::size_t prompt, std::size_t generated, std::size_t proposed,
-                  std::size_t accepted) {
+    void finished(const std::string& status, std::size_t prompt, std::size_t generated, const GenerationStats& stats) {
         std::lock_guard lock(mutex_);
         ++ended_[status];
         prompt_tokens_ += prompt;
         generated_tokens_ += generated;
-        proposed_ += proposed;
-        accepted_ += accepted;
+        proposed_ += stats.draft_tokens_proposed;
+        accepted_ += stats.draft_tokens_accepted;
+        add(tested_at_, stats.tested_at_position);
+        add(accepted_at_, stats.accepted_at_position);
     }
-    // One decoder step: the requests in its target pass and the drafts they held.
-    void step(std::size_t sequences, std::size_t drafts) {
+    // One decoder step: the requests in its target pass, the drafts they
+    // held, the pass's tokens, the step's time, and what it prefilled first.
+    void step(const BatchStepReport& report) {
         std::lock_guard lock(mutex_);
         ++steps_;
-        sequence_steps_ += sequences;
-        drafts_ += drafts;
+        sequence_steps_ += report.sequences;
+        drafts_ += report.drafts;
+        target_tokens_ += report.target_tokens;
+        if (report.sequences > 0) step_seconds_.observe(report.seconds - report.prefill_seconds);
+        if (report.prefill_tokens > 0) {
+            prefill_tokens_ += report.prefill_tokens;
+            prefill_seconds_.observe(report.prefill_seconds);
+            longest_prefill_ = std::max(longest_prefill_, report.prefill_seconds);
+        }
     }
     void queue(std::size_t waiting, std::size_t running) {
         std::lock_guard lock(mutex_);
@@ -108,10 +124,26 @@ public:
                 proposed_ == 0 ? 0.0 : static_cast<double>(accepted_) / static_cast<double>(proposed_), "gauge");
         counter("specdec_mean_draft_length", "Draft tokens per request per step since start.",
                 sequence_steps_ == 0 ? 0.0 : static_cast<double>(drafts_) / static_cast<double>(sequence_steps_), "gauge");
+        counter("specdec_target_pass_tokens_total", "Tokens in the target passes (mean pass width: over specdec_steps_total).",
+                static_cast<double>(target_tokens_));
+        counter("specdec_prefill_tokens_total", "Prompt tokens prefilled (not in a slot's cache already).",
+                static_cast<double>(prefill_tokens_));
+        counter("specdec_prefill_step_seconds_max", "The longest time one step spent prefilling (a chunk, or a whole prompt).",
+                longest_prefill_, "gauge");
+        out += "# HELP specdec_draft_acceptance Accepted over tested drafts at each draft position (finished requests).\n"
+               "# TYPE specdec_draft_acceptance gauge\n";
+        for (std::size_t i = 0; i < tested_at_.size(); ++i) {
+            if (tested_at_[i] == 0) continue;
+            std::snprintf(line, sizeof line, "specdec_draft_acceptance{position=\"%zu\"} %.6g\n", i + 1,
+                          static_cast<double>(i < accepted_at_.size() ? accepted_at_[i] : 0) / static_cast<double>(tested_at_[i]));
+            out += line;
+        }
         counter("specdec_requests_waiting", "Requests queued for a slot.", static_cast<double>(waiting_), "gauge");
         counter("specdec_requests_running", "Requests decoding in a slot.", static_cast<double>(running_), "gauge");
         ttft_.write(out, "specdec_time_to_first_token_seconds", "From a request's arrival to its first token.");
         inter_token_.write(out, "specdec_inter_token_seconds", "Between consecutive tokens of a request.");
+        step_seconds_.write(out, "specdec_step_seconds", "A decoder step (drafts, the target pass, verification), prefill aside.");
+        prefill_seconds_.write(out, "specdec_prefill_seconds", "What a step spent prefilling, when it prefilled.");
         return out;
     }
 
@@ -121,8 +153,15 @@ private:
     std::map<std::string, std::size_t> ended_;
     std::size_t prompt_tokens_ = 0, generated_tokens_ = 0, steps_ = 0, sequence_steps_ = 0, drafts_ = 0, proposed_ = 0,
                 accepted_ = 0;
-    std::size_t waiting_ = 0, running_ = 0;
-    Histogram ttft_, inter_token_;
+    std::size_t waiting_ = 0, running_ = 0, target_tokens_ = 0, prefill_tokens_ = 0;
+    double longest_prefill_ = 0.0;
+    std::vector<std::size_t> tested_at_, accepted_at_;  // per draft position
+    Histogram ttft_, inter_token_, step_seconds_, prefill_seconds_;
+
+    static void add(std::vector<std::size_t>& into, const std::vector<std::size_t>& from) {
+        if (into.size() < from.size()) into.resize(from.size(), 0);
+        for (std::size_t i = 0; i < from.size(); ++i) into[i] += from[i];
+    }
 };
 
 }  // namespace specdec::server
