@@ -126,9 +126,11 @@ def stream(port, path, body):
                     raise RuntimeError(f"error event: {parsed['error']}")
                 if "choices" in parsed:  # specdec-server (OpenAI's shape, with the token ids)
                     count = sum(len(c.get("tokens", [])) for c in parsed["choices"])
-                else:  # llama-server's /completion
+                else:  # llama-server's /completion: a token per event, the last one's maybe in the final event
                     count = len(parsed.get("tokens", [])) if "tokens" in parsed else (1 if parsed.get("content") else 0)
-                    done = done or parsed.get("stop", False)
+                    if parsed.get("stop", False):
+                        done = True
+                        count = max(count, int(parsed.get("tokens_predicted", 0)) - sum(n for _, n in arrivals))
                 if count:
                     arrivals.append((time.perf_counter(), count))
         return arrivals

@@ -134,6 +134,22 @@ public:
           metrics_(&metrics) {
         thread_ = std::thread([this] { loop(); });
     }
+
+    // Runs one short request through both models before the server takes
+    // requests (as llama-server's warm-up does): a model's first passes pay
+    // one-time costs (buffers, kernels' first touch) a client should not.
+    void warm_up() {
+        Job job;
+        job.prompt = {0, 0, 0, 0};
+        job.options.max_new_tokens = 4;
+        job.options.drafting = Drafting::fixed;
+        job.options.draft_tokens = 2;
+        job.channel = std::make_shared<Channel>();
+        const std::shared_ptr<Channel> channel = job.channel;
+        if (enqueue(std::move(job), 1)) return;
+        std::optional<RequestResult> done;
+        for (std::size_t seen = 0; !done;) seen += channel->next(seen, std::chrono::milliseconds(100), done).tokens.size();
+    }
     ~Engine() { stop(); }
     Engine(const Engine&) = delete;
     Engine& operator=(const Engine&) = delete;

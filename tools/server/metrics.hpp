@@ -50,6 +50,18 @@ private:
 
 class Metrics {
 public:
+    // Back to zero (after the server's own warm-up request).
+    void reset() {
+        std::lock_guard lock(mutex_);
+        requests_.clear();
+        ended_.clear();
+        prompt_tokens_ = generated_tokens_ = steps_ = sequence_steps_ = drafts_ = proposed_ = accepted_ = 0;
+        waiting_ = running_ = target_tokens_ = prefill_tokens_ = 0;
+        longest_prefill_ = 0.0;
+        tested_at_.clear();
+        accepted_at_.clear();
+        ttft_ = inter_token_ = step_seconds_ = prefill_seconds_ = Histogram{};
+    }
     void request(const std::string& endpoint, int status) {
         std::lock_guard lock(mutex_);
         ++requests_[{endpoint, status}];
