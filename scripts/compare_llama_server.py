@@ -51,6 +51,8 @@ import sys
 import tempfile
 import time
 
+from serving_client import sse_events
+
 
 def free_port():
     with socket.socket() as s:
@@ -99,7 +101,7 @@ class Server:
 
 
 def stream(port, path, body):
-    """Sends a streamed request; returns [(arrival time, tokens in the event)] and the tokens in all."""
+    """Sends a streamed request; returns [(arrival time, tokens in the event)]."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     try:
         connection.request("POST", path, body=json.dumps({**body, "stream": True}),
@@ -107,32 +109,25 @@ def stream(port, path, body):
         response = connection.getresponse()
         if response.status != 200:
             raise RuntimeError(f"HTTP {response.status}: {response.read()[:300]!r}")
-        arrivals, buffer, done = [], b"", False
-        while not done:
-            chunk = response.read1(65536)
-            if not chunk:
+        arrivals = []
+        for data in sse_events(response):
+            if data == b"[DONE]":
                 break
-            buffer += chunk
-            while b"\n\n" in buffer:
-                event, buffer = buffer.split(b"\n\n", 1)
-                if not event.startswith(b"data: "):
-                    continue
-                data = event[len(b"data: "):]
-                if data == b"[DONE]":
+            parsed = json.loads(data)
+            if "error" in parsed:
+                raise RuntimeError(f"error event: {parsed['error']}")
+            done = False
+            if "choices" in parsed:  # specdec-server (OpenAI's shape, with the token ids)
+                count = sum(len(c.get("tokens", [])) for c in parsed["choices"])
+            else:  # llama-server's /completion: a token per event, the last one's maybe in the final event
+                count = len(parsed.get("tokens", [])) if "tokens" in parsed else (1 if parsed.get("content") else 0)
+                if parsed.get("stop", False):
                     done = True
-                    break
-                parsed = json.loads(data)
-                if "error" in parsed:
-                    raise RuntimeError(f"error event: {parsed['error']}")
-                if "choices" in parsed:  # specdec-server (OpenAI's shape, with the token ids)
-                    count = sum(len(c.get("tokens", [])) for c in parsed["choices"])
-                else:  # llama-server's /completion: a token per event, the last one's maybe in the final event
-                    count = len(parsed.get("tokens", [])) if "tokens" in parsed else (1 if parsed.get("content") else 0)
-                    if parsed.get("stop", False):
-                        done = True
-                        count = max(count, int(parsed.get("tokens_predicted", 0)) - sum(n for _, n in arrivals))
-                if count:
-                    arrivals.append((time.perf_counter(), count))
+                    count = max(count, int(parsed.get("tokens_predicted", 0)) - sum(n for _, n in arrivals))
+            if count:
+                arrivals.append((time.perf_counter(), count))
+            if done:
+                break
         return arrivals
     finally:
         connection.close()

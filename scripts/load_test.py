@@ -33,33 +33,17 @@ import argparse
 import http.client
 import json
 import random
-import re
-import select
 import signal
-import statistics
-import subprocess
 import sys
 import threading
 import time
 
+from serving_client import sse_events, start_server
 
-def start_server(args, extra):
-    command = [args.server, "--port", "0", "--host", "127.0.0.1", "-np", str(args.slots), "--max-queue",
-               str(args.max_queue), "-t", str(args.threads), *(extra or ["--synthetic"])]
-    print("starting:", " ".join(command), flush=True)
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and process.poll() is None:
-        if select.select([process.stdout], [], [], 1.0)[0]:
-            line = process.stdout.readline()
-            print("server:", line.rstrip(), flush=True)
-            match = re.search(r"listening on http://([0-9.]+):(\d+)", line)
-            if match:
-                threading.Thread(target=lambda: [print("server:", l.rstrip(), flush=True) for l in process.stdout],
-                                 daemon=True).start()
-                return process, match.group(1), int(match.group(2))
-    process.kill()
-    sys.exit("the server did not start")
+
+def start_server_for(args, extra):
+    return start_server([args.server, "--port", "0", "--host", "127.0.0.1", "-np", str(args.slots), "--max-queue",
+                         str(args.max_queue), "-t", str(args.threads), *(extra or ["--synthetic"])], echo=True)
 
 
 def resident_kib(pid):
@@ -145,35 +129,26 @@ def client(index, host, port, deadline, seed, vocab, out):
                     out.fail(f"greedy: {tokens} tokens, asked {body['max_tokens']}")
                 out.add(kind, latency=time.monotonic() - start, tokens=tokens)
                 continue
-            first, tokens, done, buffer = None, 0, False, b""
-            while not done:
-                chunk = response.read1(65536) if hasattr(response, "read1") else response.read(1)
-                if not chunk:
+            first, tokens, done = None, 0, False
+            for data in sse_events(response):
+                if data == b"[DONE]":
+                    done = True
                     break
-                buffer += chunk
-                while b"\n\n" in buffer:
-                    event, buffer = buffer.split(b"\n\n", 1)
-                    if not event.startswith(b"data: "):
-                        continue
-                    data = event[len(b"data: "):]
-                    if data == b"[DONE]":
-                        done = True
-                        break
-                    parsed = json.loads(data)
-                    if "error" in parsed:
-                        out.fail(f"{kind}: error event {parsed['error']}")
-                        done = True
-                        break
-                    for choice in parsed["choices"]:
-                        tokens += len(choice["tokens"])
-                        if kind == "logprobs_stream" and choice["tokens"] and (
-                                choice["logprobs"] is None or len(choice["logprobs"]["token_logprobs"]) != len(choice["tokens"])):
-                            out.fail("a streamed chunk whose logprobs do not match its tokens")
-                    if first is None and tokens:
-                        first = time.monotonic() - start
-                    if kind == "disconnect" and tokens:
-                        done = True
-                        break
+                parsed = json.loads(data)
+                if "error" in parsed:
+                    out.fail(f"{kind}: error event {parsed['error']}")
+                    done = True
+                    break
+                for choice in parsed["choices"]:
+                    tokens += len(choice["tokens"])
+                    if kind == "logprobs_stream" and choice["tokens"] and (
+                            choice["logprobs"] is None or len(choice["logprobs"]["token_logprobs"]) != len(choice["tokens"])):
+                        out.fail("a streamed chunk whose logprobs do not match its tokens")
+                if first is None and tokens:
+                    first = time.monotonic() - start
+                if kind == "disconnect" and tokens:
+                    done = True
+                    break
             if kind == "disconnect":
                 out.add(kind, tokens=tokens)
                 continue
@@ -211,7 +186,7 @@ def main():
     parser.add_argument("--rss-growth", type=float, default=0.10)
     args, extra = parser.parse_known_args()
     extra = [a for a in extra if a != "--"]
-    process, host, port = start_server(args, extra)
+    process, host, port = start_server_for(args, extra)
     out = Outcomes()
     rss = []
     start = time.monotonic()

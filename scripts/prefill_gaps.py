@@ -30,8 +30,6 @@ host is shared and noisy).
 import argparse
 import http.client
 import json
-import re
-import select
 import signal
 import statistics
 import subprocess
@@ -39,21 +37,7 @@ import sys
 import threading
 import time
 
-
-def start_server(binary, arguments):
-    command = [binary, "--port", "0", "--host", "127.0.0.1", *arguments]
-    print("starting:", " ".join(command), flush=True)
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and process.poll() is None:
-        if select.select([process.stdout], [], [], 1.0)[0]:
-            line = process.stdout.readline()
-            match = re.search(r"listening on http://([0-9.]+):(\d+)", line)
-            if match:
-                threading.Thread(target=lambda: [None for _ in process.stdout], daemon=True).start()
-                return process, match.group(1), int(match.group(2))
-    process.kill()
-    sys.exit("the server did not start: " + " ".join(command))
+from serving_client import sse_events, start_server
 
 
 def complete(host, port, body):
@@ -82,16 +66,11 @@ class StreamClient(threading.Thread):
         body = {"prompt": self.prompt, "max_tokens": self.tokens, "temperature": 0, "ignore_eos": True, "stream": True}
         connection.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
         response = connection.getresponse()
-        buffer = b""
-        while not self.stop.is_set():
-            chunk = response.read1(65536)
-            if not chunk:
+        for data in sse_events(response):
+            if self.stop.is_set():
                 break
-            buffer += chunk
-            while b"\n\n" in buffer:
-                event, buffer = buffer.split(b"\n\n", 1)
-                if event.startswith(b"data: {"):
-                    self.arrivals.append(time.monotonic())
+            if data.startswith(b"{"):
+                self.arrivals.append(time.monotonic())
         connection.close()
 
 
@@ -116,8 +95,9 @@ def gaps_between(arrivals, start, end):
 
 
 def measure(args, extra, chunk):
-    process, host, port = start_server(args.server, ["-np", str(args.streams + 1), "-t", str(args.threads),
-                                                     "--prefill-chunk", str(chunk), *extra])
+    command = [args.server, "--port", "0", "--host", "127.0.0.1", "-np", str(args.streams + 1), "-t", str(args.threads),
+               "--prefill-chunk", str(chunk), *extra]
+    process, host, port = start_server(command)
     try:
         long_prompt = [1 + (i * 7919) % (args.vocab - 1) for i in range(args.prompt_tokens)]
         complete(host, port, {"prompt": long_prompt[:64], "max_tokens": 4, "temperature": 0})  # warm up
