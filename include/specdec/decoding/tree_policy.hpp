@@ -175,8 +175,8 @@ struct TreePlan {
 //            (a step priced by step_seconds(), as AutoLength's).
 // The first warmup_steps steps draft the warmup shape and short chains in
 // turn; then every step drafts the optimiser's tree, and one step in
-// explore_every explores: in turn a chain one deeper than the plan, and a
-// slightly larger tree (two more nodes, one more depth at most) chosen as if
+// explore_every explores: in turn (deeper_chain_every) a chain one deeper
+// than the plan, and a slightly larger tree (two more nodes, one more depth at most) chosen as if
 // unmeasured slots had their neighbours' full acceptance, so that longer
 // chains and wider, deeper trees keep being measured. The prices cannot see
 // every cost of a tree step on every machine (a tree pass's attention, the
@@ -197,6 +197,9 @@ public:
         std::size_t warmup_steps = 4;
         TreeShape warmup = TreeShape::from_branching({2, 2, 1});
         std::size_t explore_every = 16;
+        // Of the explorations, one in this many drafts a chain one deeper
+        // than the plan; the others the optimistic tree (1: chains only).
+        std::size_t deeper_chain_every = 2;
         double decay = 0.98;
         double prior_strength = 4.0;
         // Weight of a step's realised and predicted seconds after each later
@@ -217,6 +220,7 @@ public:
             message << "invalid AutoTree realised_decay = " << options_.realised_decay << ": expected a value in [0, 1)";
             throw Error(message.str());
         }
+        if (options_.deeper_chain_every == 0) throw Error("invalid AutoTree deeper_chain_every = 0: expected >= 1");
         if (options_.max_depth == 0 || options_.max_nodes == 0) {
             std::ostringstream message;
             message << "invalid AutoTree bounds max_nodes = " << options_.max_nodes << ", max_depth = "
@@ -252,7 +256,7 @@ public:
         // larger pass.
         const TreeShape& planned = last_plan_.shape;
         const std::size_t deeper = std::min(depth, planned.depth() + 1);
-        if (++explorations_ % 2 == 1) {
+        if (explorations_++ % options_.deeper_chain_every == 0) {
             const TreeShape chain = TreeShape::chain(deeper);
             return priced(TreePlan{chain, 1.0, step_seconds(costs_, SingleSequenceRounds{}.of(deeper), deeper + 1)});
         }
