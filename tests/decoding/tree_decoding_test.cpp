@@ -475,13 +475,14 @@ TEST_CASE("a tree draft with forward_last (its catching up reads one row) is exa
                  3);
 }
 
-TEST_CASE("negative control (iii): a wrong bonus row after a fully accepted depth-3 path is caught", "[tree][exactness][negative-control]") {
-    const TreeShape shape = TreeShape::from_branching({2, 1, 1});
+// The bonus token drawn from the parent's row once a depth-3 path is fully
+// accepted: the statistic must reject it, down to the last depth.
+void check_wrong_bonus_row_caught(const TreeShape& shape, const std::string& name) {
     const SamplingOptions sampling{.temperature = 1.0};
     constexpr std::size_t kVocab = 3;
     ToyLM target(tree_target_options(kVocab)), draft(tree_draft_options(kVocab, 0.3));
     const std::vector<Token> prompt{1, 2};
-    const ExactnessSetup setup{.name = "deep tree 2x1x1 with the bonus drawn from the parent's row",
+    const ExactnessSetup setup{.name = name,
                                .prompt = prompt,
                                .vocab = kVocab,
                                .length = 4,
@@ -491,21 +492,13 @@ TEST_CASE("negative control (iii): a wrong bonus row after a fully accepted dept
     check_caught(run_exactness(setup, tree_runner<BonusFromParentRowWhenDeep>(target, draft, shape, sampling, 4, prompt)), 3);
 }
 
+TEST_CASE("negative control (iii): a wrong bonus row after a fully accepted depth-3 path is caught", "[tree][exactness][negative-control]") {
+    check_wrong_bonus_row_caught(TreeShape::from_branching({2, 1, 1}), "deep tree 2x1x1 with the bonus drawn from the parent's row");
+}
+
 TEST_CASE("negative control (iv): the same wrong bonus row on a chain-shaped tree (one causal pass) is caught",
           "[tree][exactness][negative-control]") {
     // A chain-shaped tree runs as a chain step (forward, then truncate): the
-    // statistic must see a bug on that path too, down to the last depth.
-    const TreeShape shape = TreeShape::chain(3);
-    const SamplingOptions sampling{.temperature = 1.0};
-    constexpr std::size_t kVocab = 3;
-    ToyLM target(tree_target_options(kVocab)), draft(tree_draft_options(kVocab, 0.3));
-    const std::vector<Token> prompt{1, 2};
-    const ExactnessSetup setup{.name = "chain-shaped tree 1x1x1 with the bonus drawn from the parent's row",
-                               .prompt = prompt,
-                               .vocab = kVocab,
-                               .length = 4,
-                               .draft_tokens = 3,
-                               .samples = kTreeSamples,
-                               .target = reference_conditional(target, sampling)};
-    check_caught(run_exactness(setup, tree_runner<BonusFromParentRowWhenDeep>(target, draft, shape, sampling, 4, prompt)), 3);
+    // statistic must see a bug on that path too.
+    check_wrong_bonus_row_caught(TreeShape::chain(3), "chain-shaped tree 1x1x1 with the bonus drawn from the parent's row");
 }
