@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <exception>
 #include <thread>
 #include <vector>
 
@@ -339,16 +340,36 @@ public:
         std::printf("specdec-server: %s, %zu slots of %zu tokens; listening on http://%s:%d\n", model_name_.c_str(),
                     engine_.slots(), limits_.context, options_.host.c_str(), port);
         std::fflush(stdout);
+        // The decoding loop runs on this thread, the one that loaded the
+        // models (server/engine.hpp says why); another thread listens.
         // SIGINT and SIGTERM only set a flag (all a signal handler may do);
-        // this thread stops the listener, and the engine ends what still runs.
-        std::thread watcher([this] {
-            while (!stop_requested.load() && !listen_ended_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-            engine_.stop();
-            http_.stop();
+        // the watcher ends the engine's loop, which ends what still runs,
+        // then stops the listener (again until it has stopped: a stop before
+        // the listener ran is lost).
+        std::thread listener([this] {
+            http_.listen_after_bind();
+            listen_ended_.store(true);
         });
-        http_.listen_after_bind();
-        listen_ended_.store(true);
+        std::thread watcher([this] {
+            while (!stop_requested.load() && !listen_ended_.load() && !engine_ended_.load())
+                std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            engine_.stop();
+            engine_.wait_ended();
+            while (!listen_ended_.load()) {
+                http_.stop();
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            }
+        });
+        std::exception_ptr failure;
+        try {
+            engine_.run();
+        } catch (...) {
+            failure = std::current_exception();
+        }
+        engine_ended_.store(true);
         watcher.join();
+        listener.join();
+        if (failure) std::rethrow_exception(failure);
         std::printf("specdec-server: stopped\n");
         return 0;
     }
@@ -579,6 +600,7 @@ private:
     httplib::Server http_;
     std::atomic<std::uint64_t> next_id_{0};
     std::atomic<bool> listen_ended_{false};
+    std::atomic<bool> engine_ended_{false};
     socket_t listener_ = INVALID_SOCKET;
 };
 

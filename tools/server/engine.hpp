@@ -1,6 +1,9 @@
 #pragma once
-// The decoding loop: one thread owns the BatchedDecoder. HTTP threads hand it
-// jobs through a locked queue and read each request's tokens from its
+// The decoding loop: one thread owns the BatchedDecoder, the thread that
+// calls run() (the server's main thread, which also loaded the models: a
+// llama.cpp built with OpenMP keeps a team of worker threads per calling
+// thread, and a second team on the same cores slows every pass). HTTP threads
+// hand it jobs through a locked queue and read each request's tokens from its
 // Channel; the decoding thread submits jobs between steps, cancels the
 // requests whose client went away (the stream callback also returns false,
 // so a running request ends inside the step that notices), steps, hands the
@@ -19,6 +22,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -131,26 +135,34 @@ public:
         : decoder_(specdec::target(target), specdec::draft(draft),
                    BatchOptions{.max_sequences = slots, .prefill_chunk = prefill_chunk},
                    TokenwiseRejection{}, AutoBatchLength{}),
-          metrics_(&metrics) {
-        thread_ = std::thread([this] { loop(); });
+          metrics_(&metrics) {}
+
+    // The decoding loop, on the calling thread, until stop(); then it ends
+    // what still runs and refuses what waits.
+    // An exception out of the loop (not one request's error: the decoder
+    // fails those alone) fails every request and ends the loop with it.
+    void run() {
+        try {
+            loop();
+        } catch (const std::exception& error) {
+            abandon(error.what());
+            mark_ended();
+            throw;
+        }
+        mark_ended();
     }
 
     // Runs one short request through both models before the server takes
     // requests (as llama-server's warm-up does): a model's first passes pay
     // one-time costs (buffers, kernels' first touch) a client should not.
+    // On the thread that will call run(), before it.
     void warm_up() {
-        Job job;
-        job.prompt = {0, 0, 0, 0};
-        job.options.max_new_tokens = 4;
-        job.options.drafting = Drafting::fixed;
-        job.options.draft_tokens = 2;
-        job.channel = std::make_shared<Channel>();
-        const std::shared_ptr<Channel> channel = job.channel;
-        if (enqueue(std::move(job), 1)) return;
-        std::optional<RequestResult> done;
-        for (std::size_t seen = 0; !done;) seen += channel->next(seen, std::chrono::milliseconds(100), done).tokens.size();
+        const std::vector<Token> prompt(4, 0);
+        decoder_.submit(prompt, DecodingOptions{.draft_tokens = 2, .max_new_tokens = 4, .drafting = Drafting::fixed});
+        while (!decoder_.idle()) decoder_.step();
+        (void)decoder_.take_finished();
     }
-    ~Engine() { stop(); }
+    ~Engine() = default;
     Engine(const Engine&) = delete;
     Engine& operator=(const Engine&) = delete;
 
@@ -173,14 +185,19 @@ public:
         return std::nullopt;
     }
 
+    // Asks run() to end; returns at once.
     void stop() {
         {
             std::lock_guard lock(mutex_);
-            if (stopping_) return;
             stopping_ = true;
         }
         wake_.notify_one();
-        if (thread_.joinable()) thread_.join();
+    }
+
+    // Waits until run() has returned.
+    void wait_ended() {
+        std::unique_lock lock(mutex_);
+        ended_changed_.wait(lock, [&] { return ended_; });
     }
 
 private:
@@ -190,6 +207,24 @@ private:
         bool logprobs = false;          // streamed to the channel after each step
         std::size_t logprobs_sent = 0;
     };
+
+    void abandon(const std::string& why) {
+        for (auto& [id, live] : live_)
+            live.channel->finish(RequestResult{.id = id, .status = RequestStatus::failed, .generation = {}, .error = why});
+        live_.clear();
+        std::lock_guard lock(mutex_);
+        stopping_ = true;
+        for (Job& job : queue_) job.channel->refuse(ApiError{500, "the server failed: " + why, {}, "server_error"});
+        queue_.clear();
+    }
+
+    void mark_ended() {
+        {
+            std::lock_guard lock(mutex_);
+            ended_ = true;
+        }
+        ended_changed_.notify_all();
+    }
 
     void loop() {
         std::vector<Job> jobs;
@@ -286,7 +321,8 @@ private:
     std::deque<Job> queue_;
     std::size_t outstanding_ = 0;
     bool stopping_ = false;
-    std::thread thread_;
+    bool ended_ = false;  // run() returned
+    std::condition_variable ended_changed_;
 };
 
 }  // namespace specdec::server
