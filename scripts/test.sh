@@ -12,7 +12,7 @@
 #      their own: ./build/tests/specdec_model_tests "[soak]");
 #   3. the model and thread-pool tests under ThreadSanitizer (build-tsan/),
 #      but for the [slow] cases on the 100m model and the float64 reference
-#      comparisons.
+#      comparisons, the batched sweeps at fewer batch sizes.
 # The suite of stage 1 includes the fuzz targets replaying their committed
 # corpora; SPECDEC_FUZZ_SECONDS=N also fuzzes each target for N seconds with
 # libFuzzer at the end (scripts/fuzz.sh, clang, build-fuzz/).
@@ -113,7 +113,8 @@ cmake --build build-tsan --target specdec_model_tests -j"$jobs"
 # One process, the [slow] 100m-model cases left out (TSan runs them ~10x
 # slower), and so are the float64 reference comparisons: they run the same
 # passes on the same thread pool as the model cases that stay (the wide ones
-# included), with the float64 reference's arithmetic on top.
+# included), with the float64 reference's arithmetic on top. The batched
+# greedy sweeps run at 1, 2 and 32 slots here (tests/models/batched_greedy_test.cpp).
 TSAN_OPTIONS="halt_on_error=1 ${TSAN_OPTIONS:-}" ./build-tsan/tests/specdec_model_tests "~[slow]~[soak]~[reference]"
 
 fuzz_seconds="${SPECDEC_FUZZ_SECONDS:-0}"

@@ -17,6 +17,7 @@
 #include "specdec/backends/cpu/matmul.hpp"
 #include "specdec/models/synthetic.hpp"
 #include "support/catch.hpp"
+#include "support/sanitizers.hpp"
 
 namespace {
 
@@ -139,8 +140,10 @@ TEST_CASE("forward_batch rows are bitwise the rows of each sequence alone, for e
     // Every batch size 1..32 in a random order, so that a slot meets
     // different batch mates, batch sizes and cached lengths; between rounds
     // some sequences roll back (rejected drafts) as a decoder would.
+    // Under ThreadSanitizer: the smallest sizes and the widest.
     std::vector<std::size_t> sizes(kSlots);
     std::iota(sizes.begin(), sizes.end(), std::size_t{1});
+    if (specdec::test::kUnderThreadSanitizer) sizes = {1, 2, 3, kSlots - 1, kSlots};
     std::shuffle(sizes.begin(), sizes.end(), rng);
     std::size_t rows = 0, mismatched = 0;
     for (const std::size_t batch_size : sizes) {
@@ -157,7 +160,7 @@ TEST_CASE("forward_batch rows are bitwise the rows of each sequence alone, for e
         }
     }
     INFO(mismatched << " of " << rows << " rows differ bitwise from the sequence alone");
-    CHECK(rows > 500);
+    CHECK(rows > (specdec::test::kUnderThreadSanitizer ? 60 : 500));
     CHECK(mismatched == 0);
 }
 
