@@ -15,13 +15,13 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <exception>
 #include <thread>
 #include <vector>
 

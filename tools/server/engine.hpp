@@ -144,8 +144,15 @@ public:
     void run() {
         try {
             loop();
-        } catch (const std::exception& error) {
-            abandon(error.what());
+        } catch (...) {
+            std::string why = "unknown error";
+            try {
+                throw;
+            } catch (const std::exception& error) {
+                why = error.what();
+            } catch (...) {
+            }
+            abandon(why);
             mark_ended();
             throw;
         }
