@@ -184,8 +184,6 @@ if(SPECDEC_HAS_CUDA)
 endif()
 target_include_directories(specdec_doc_snippets PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/readme ${CMAKE_CURRENT_SOURCE_DIR})
 target_compile_options(specdec_doc_snippets PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-missing-field-initializers -Wno-unused-variable -Wno-unused-but-set-variable -Wno-unused-parameter>)
-# Never run, so compiled unoptimised: the build type's -O3 is most of their compile time.
-target_compile_options(specdec_doc_snippets PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-O0> $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-O0>)
 # GCC 12 reports aggregates holding a vector as maybe-uninitialized in their
 # destructors (a known false positive, silenced for the test binaries too).
 if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
