@@ -1,11 +1,14 @@
 #pragma once
-// What the soak tests share: resident memory, whether a sanitizer inflates
-// it, and the token budget (SPECDEC_SOAK_TOKENS, default 100,000).
+// What the soak tests share: resident memory and the token budget
+// (SPECDEC_SOAK_TOKENS, default 100,000); kUnderSanitizer (a sanitizer's
+// allocator inflates resident memory) comes from support/sanitizers.hpp.
 #include <unistd.h>
 
 #include <cstddef>
 #include <cstdlib>
 #include <fstream>
+
+#include "support/sanitizers.hpp"
 
 namespace specdec::test {
 
@@ -16,18 +19,6 @@ inline std::size_t resident_bytes() {
     statm >> total_pages >> resident_pages;
     return resident_pages * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
 }
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline constexpr bool kUnderSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-inline constexpr bool kUnderSanitizer = true;
-#else
-inline constexpr bool kUnderSanitizer = false;
-#endif
-#else
-inline constexpr bool kUnderSanitizer = false;
-#endif
 
 inline std::size_t soak_token_budget() {
     if (const char* text = std::getenv("SPECDEC_SOAK_TOKENS")) return std::strtoull(text, nullptr, 10);
