@@ -422,13 +422,7 @@ private:
             if (codec_) answer.text.emplace(*codec_->vocabulary, text_options, prompt);
             Job job;
             job.prompt = std::move(prompt);
-            job.options = parsed.options;
-            // A seeded request at T > 0 drafts a fixed length: its tokens then
-            // do not depend on what else the server runs (AutoBatchLength's
-            // lengths follow the batch and the timings).
-            job.options.drafting = parsed.draft_max == std::optional<std::size_t>(0) ? specdec::Drafting::off
-                                   : (parsed.seeded && !parsed.options.sampling.greedy()) ? specdec::Drafting::fixed
-                                                                                         : specdec::Drafting::policy;
+            job.options = job_options(parsed);
             job.channel = std::make_shared<Channel>();
             const std::size_t prompt_size = job.prompt.size();
             const std::shared_ptr<Channel> channel = job.channel;

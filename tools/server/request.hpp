@@ -279,4 +279,17 @@ inline void parse_logit_bias(const nlohmann::json& v, const RequestLimits& limit
     return out;
 }
 
+// The decoding options the engine runs a parsed request with. A seeded
+// request at T > 0 drafts a fixed length: its tokens then do not depend on
+// what else the server runs (AutoBatchLength's lengths follow the batch and
+// the timings); speculative.n_max = 0 drafts nothing; the others follow the
+// length policy.
+[[nodiscard]] inline DecodingOptions job_options(const ParsedRequest& parsed) {
+    DecodingOptions options = parsed.options;
+    options.drafting = parsed.draft_max == std::optional<std::size_t>(0) ? Drafting::off
+                       : (parsed.seeded && !parsed.options.sampling.greedy()) ? Drafting::fixed
+                                                                             : Drafting::policy;
+    return options;
+}
+
 }  // namespace specdec::server
