@@ -4,6 +4,7 @@
 //   autoregressive  BatchedDecoder with NoDrafts (batched plain decoding)
 //   k = 1, 2, ...   every request drafts k tokens a step (FixedBatchLength)
 //   auto            AutoBatchLength chooses every request's length each step
+//   auto:NAME       AutoBatchLength with some settings changed (--auto-variant)
 // Each (B, variant) has its own decoder over its own models of B cache slots
 // (sharing the weights), kept from round to round, as a serving process keeps
 // its decoder. A round runs every variant once per batch size, all of them
@@ -21,7 +22,7 @@
 // the single-sequence report instead).
 //
 // The sweep in phases (run_batch_benchmark): make one decoder per (batch
-// size, variant); let auto learn untimed while the others warm their caches;
+// size, variant); let the autos learn untimed while the others warm their caches;
 // run the rounds, every variant stepping in turn; read what auto learned.
 // batch_results.hpp holds what is reported, batch_runner.hpp one decoder's runs.
 #include <chrono>
@@ -47,6 +48,7 @@ namespace specdec::bench {
     settings.batch_sizes = options.batch_sizes;
     settings.fixed_lengths = options.draft_tokens;
     settings.auto_max_draft_tokens = options.auto_max_draft_tokens;
+    settings.auto_variants = options.auto_variants;
     settings.temperature = options.temperatures.empty() ? 0.0 : options.temperatures.front();
     settings.rule = !options.rules.empty() && options.rules.front() == RuleChoice::block ? ChosenRule::Kind::block
                                                                                         : ChosenRule::Kind::tokenwise;
@@ -73,6 +75,7 @@ namespace detail {
 struct BatchVariant {
     BatchVariantKind kind;
     std::size_t draft_tokens;
+    const AutoVariant* auto_variant = nullptr;  // auto with changed settings; nullptr: the defaults
 };
 using BatchRunnerRow = std::vector<std::unique_ptr<BatchVariantRunner>>;  // one batch size's decoders, by variant
 using PromptMaker = std::function<std::vector<Token>(std::uint64_t, std::size_t, std::size_t)>;
@@ -81,6 +84,8 @@ using PromptMaker = std::function<std::vector<Token>(std::uint64_t, std::size_t,
     std::vector<BatchVariant> variants{{BatchVariantKind::autoregressive, 0}};
     for (const std::size_t k : settings.fixed_lengths) variants.push_back({BatchVariantKind::fixed, k});
     variants.push_back({BatchVariantKind::automatic, settings.auto_max_draft_tokens});
+    for (const AutoVariant& tuned : settings.auto_variants)
+        variants.push_back({BatchVariantKind::automatic, settings.auto_max_draft_tokens, &tuned});
     return variants;
 }
 
@@ -95,6 +100,7 @@ BatchRunnerRow make_runners(const BatchModelFactory<Target, Draft>& models, std:
         BatchVariantResult result;
         result.kind = v.kind;
         result.draft_tokens = v.draft_tokens;
+        if (v.auto_variant) result.auto_variant = v.auto_variant->name;
         size.variants.push_back(result);
         switch (v.kind) {
             case BatchVariantKind::autoregressive: {
@@ -108,8 +114,11 @@ BatchRunnerRow make_runners(const BatchModelFactory<Target, Draft>& models, std:
                 break;
             }
             case BatchVariantKind::automatic: {
-                using Runner = BatchVariantRunnerOf<Target, Draft, MeasuredBatchLength<AutoBatchLength>>;
-                row.push_back(std::make_unique<Runner>(models.target(batch), models.draft(batch), batch, v.draft_tokens));
+                using Policy = MeasuredBatchLength<AutoBatchLength>;
+                using Runner = BatchVariantRunnerOf<Target, Draft, Policy>;
+                const AutoBatchOptions options = v.auto_variant ? v.auto_variant->options : AutoBatchOptions{};
+                row.push_back(std::make_unique<Runner>(models.target(batch), models.draft(batch), batch, v.draft_tokens,
+                                                       Policy(AutoBatchLength(options))));
                 break;
             }
         }
@@ -117,14 +126,21 @@ BatchRunnerRow make_runners(const BatchModelFactory<Target, Draft>& models, std:
     return row;
 }
 
-// Phase 2: auto (the row's last decoder) serves one run untimed; every other
-// decoder serves one request per slot, writing every slot's positions up to
-// where a timed request reaches.
+// Phase 2: each auto decoder serves one run untimed; every other decoder
+// serves one request per slot, writing every slot's positions up to where a
+// timed request reaches.
 inline void learn_untimed(BatchRunnerRow& row, std::span<const BatchRequest> requests, std::size_t batch,
                           const BatchSettings& settings) {
-    (void)row.back()->run(requests, settings);
     const auto one_wave = requests.first(std::min(batch, requests.size()));
-    for (std::size_t v = 0; v + 1 < row.size(); ++v) (void)row[v]->run(one_wave, settings);
+    for (const std::unique_ptr<BatchVariantRunner>& runner : row)
+        (void)runner->run(runner->auto_policy() != nullptr ? requests : one_wave, settings);
+}
+
+// The decoder of the auto variant with the default settings.
+[[nodiscard]] inline const BatchVariantRunner& default_auto(const BatchRunnerRow& row, std::span<const BatchVariant> variants) {
+    for (std::size_t v = 0; v < variants.size(); ++v)
+        if (variants[v].kind == BatchVariantKind::automatic && variants[v].auto_variant == nullptr) return *row[v];
+    throw Error("batch sweep: no auto variant");
 }
 
 // Phase 3: one timed round at one batch size. Every variant's run advances
@@ -208,7 +224,8 @@ template <class Target, class Draft>
         }
     }
     for (std::size_t s = 0; s < sizes; ++s)
-        detail::read_learned(runners[s].back()->auto_policy(), settings.batch_sizes[s], settings, report.sizes[s].auto_costs);
+        detail::read_learned(detail::default_auto(runners[s], variants).auto_policy(), settings.batch_sizes[s], settings,
+                             report.sizes[s].auto_costs);
     report.wall_seconds = std::chrono::duration<double>(detail::BatchClock::now() - start).count();
     return report;
 }

@@ -102,6 +102,19 @@ inline void print_batch_verdict(std::ostream& out, const BatchReport& report, Re
     line(versus_ar);
     line(versus_best);
     line(fixed);
+    // Each --auto-variant against the default auto: the A/B of its settings.
+    if (!report.sizes.empty())
+        for (const BatchVariantResult& v : report.sizes.front().variants) {
+            if (v.kind != BatchVariantKind::automatic || v.auto_variant.empty()) continue;
+            std::string ab = detail::format("%-8s / auto:", v.label().c_str());
+            for (const BatchSizeResult& s : report.sizes) {
+                const BatchVariantResult* a = s.automatic();
+                for (const BatchVariantResult& w : s.variants)
+                    if (a && w.auto_variant == v.auto_variant && a->tokens_per_second() > 0.0)
+                        ab += detail::format(" B=%zu %.2fx", s.batch, w.tokens_per_second() / a->tokens_per_second());
+            }
+            line(ab);
+        }
     if (const auto crossover = report.crossover()) {
         line(detail::format("crossover from B=%zu no fixed k is faster than batched autoregressive decoding", *crossover));
     } else {

@@ -12,6 +12,7 @@
 
 #include "specdec/decoding/batched_decoder.hpp"
 
+#include "auto_variants.hpp"
 #include "bench_results.hpp"
 
 namespace specdec::bench {
@@ -22,6 +23,7 @@ struct BatchSettings {
     std::vector<std::size_t> batch_sizes{1, 2, 4, 8, 16, 32};
     std::vector<std::size_t> fixed_lengths{1, 2, 3, 4};  // one fixed-k variant each
     std::size_t auto_max_draft_tokens = 8;                // the cap of the auto variant
+    std::vector<AutoVariant> auto_variants{};             // more auto variants, settings changed (--auto-variant)
     double temperature = 0.0;
     // Every request's acceptance rule at T > 0 (at T = 0 both are greedy).
     ChosenRule::Kind rule = ChosenRule::Kind::tokenwise;
@@ -61,6 +63,7 @@ using PlannedLengths = std::vector<std::uint8_t>;
 struct BatchVariantResult {
     BatchVariantKind kind = BatchVariantKind::autoregressive;
     std::size_t draft_tokens = 0;  // fixed: k; auto: its cap; autoregressive: 0
+    std::string auto_variant;      // auto with changed settings: the --auto-variant's name; else empty
     std::size_t rounds = 0;
     // The steps with every slot decoding (the steady state).
     std::size_t steps = 0;
@@ -91,7 +94,8 @@ struct BatchVariantResult {
         switch (kind) {
             case BatchVariantKind::autoregressive: return "AR";
             case BatchVariantKind::fixed: return "k=" + std::to_string(draft_tokens);
-            case BatchVariantKind::automatic: return "auto<=" + std::to_string(draft_tokens);
+            case BatchVariantKind::automatic:
+                return auto_variant.empty() ? "auto<=" + std::to_string(draft_tokens) : "auto:" + auto_variant;
         }
         return "?";
     }
@@ -137,13 +141,13 @@ struct LearnedBatchCosts {
 
 struct BatchSizeResult {
     std::size_t batch = 0;
-    std::vector<BatchVariantResult> variants;  // autoregressive first, then the fixed k, then auto
+    std::vector<BatchVariantResult> variants;  // autoregressive first, then the fixed k, auto, the auto variants
     LearnedBatchCosts auto_costs;
 
     [[nodiscard]] const BatchVariantResult& autoregressive() const { return variants.front(); }
     [[nodiscard]] const BatchVariantResult* automatic() const {
         for (const BatchVariantResult& v : variants)
-            if (v.kind == BatchVariantKind::automatic) return &v;
+            if (v.kind == BatchVariantKind::automatic && v.auto_variant.empty()) return &v;
         return nullptr;
     }
     // The fastest fixed-k variant, or nullptr.

@@ -35,6 +35,9 @@ namespace specdec::bench {
 template <BatchLengthPolicy Inner>
 class MeasuredBatchLength {
 public:
+    MeasuredBatchLength() = default;
+    explicit MeasuredBatchLength(Inner inner) : inner_(std::move(inner)) {}
+
     void plan(std::span<const SequenceDraftQuery> queries, std::span<std::size_t> lengths) {
         inner_.plan(queries, lengths);
         last_.assign(lengths.size(), 0);
@@ -129,12 +132,13 @@ template <class Target, class Draft, class Policy>
 class BatchVariantRunnerOf final : public BatchVariantRunner {
 public:
     BatchVariantRunnerOf(std::unique_ptr<Target> target, std::unique_ptr<Draft> draft, std::size_t batch,
-                         std::size_t draft_tokens)
+                         std::size_t draft_tokens, Policy policy = {})
         : target_(std::move(target)),
           draft_(std::move(draft)),
           batch_(batch),
           draft_tokens_(draft_tokens),
-          decoder_(TargetRole<Target>{*target_}, DraftRole<Draft>{*draft_}, BatchOptions{.max_sequences = batch}) {
+          decoder_(TargetRole<Target>{*target_}, DraftRole<Draft>{*draft_}, BatchOptions{.max_sequences = batch}, ChosenRule{},
+                   std::move(policy)) {
         if (decoder_.slots() != batch)
             throw Error("batch " + std::to_string(batch) + ": the models have " + std::to_string(decoder_.slots()) + " slots");
     }

@@ -21,6 +21,7 @@
 
 #include "../tools/engine_choice.hpp"
 #include "../tools/flag_table.hpp"
+#include "auto_variants.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/decoding/tree_shape.hpp"
 
@@ -103,6 +104,7 @@ struct BenchOptions : RunChoices {
     std::optional<std::string> prompt;
     std::optional<std::size_t> prompt_tokens;  // also measure the prefill of a prompt of this many tokens
     std::optional<std::string> export_gguf_dir;  // write the synthetic target and draft as GGUF files there, then exit
+    std::vector<AutoVariant> auto_variants;      // --batch: more auto variants, with settings changed
     std::size_t threads = 0;  // 0 = every hardware thread
     std::optional<std::string> json_path;
     std::optional<std::string> svg_path;
@@ -348,6 +350,16 @@ inline const std::vector<BenchFlag>& bench_flags() {
              std::sort(sizes.begin(), sizes.end());
              sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
          }},
+        {{"--auto-variant"}, "NAME:KEY=VALUE,...",
+         "--batch: one more auto variant, AutoBatchLength with these settings changed\n"
+         "(AutoBatchOptions' names, e.g. off-margin:draft_margin=1), stepping in turn\n"
+         "with the others: an A/B of a setting in one process (repeatable)",
+         [](Line& l, V flag, V v) {
+             AutoVariant variant = parse_auto_variant(flag, v);
+             for (const AutoVariant& other : l.options.auto_variants)
+                 if (other.name == variant.name) throw UsageError(std::string(flag) + ": two variants named '" + variant.name + "'");
+             l.options.auto_variants.push_back(std::move(variant));
+         }},
 
         {{"--verbose"}, "", "also print acceptance by draft position and where a step's time goes",
          [](Line& l, V, V) { l.options.verbose = true; }, "output"},
@@ -417,6 +429,8 @@ exit status: 0 success, 1 the library reported an error, 2 bad command line
     if (options.help) return options;
     if (repetitions_given && !time_budget_given) options.time_budget_seconds = 0.0;  // exactly N rounds
 
+    if (options.batch_sizes.empty() && !options.auto_variants.empty())
+        throw UsageError("--auto-variant adds a variant to the --batch sweep; give --batch");
     if (!options.batch_sizes.empty()) {
         if (options.export_gguf_dir) throw UsageError("--batch takes no --export-gguf");
         if (options.engine == Engine::specdec && (options.target_path || options.draft_path))

@@ -154,8 +154,8 @@ int run_batch_sweep(const BenchOptions& options, const BatchModelFactory<Target,
     const BatchSettings settings = batch_settings_of(options);
     if (!options.quiet)
         std::fprintf(stderr, "%zu batch sizes x %zu variants x %zu rounds, %zu x B requests (at least %zu) of %zu tokens...\n",
-                     settings.batch_sizes.size(), settings.fixed_lengths.size() + 2, settings.rounds, settings.waves,
-                     settings.min_requests, settings.new_tokens);
+                     settings.batch_sizes.size(), settings.fixed_lengths.size() + 2 + settings.auto_variants.size(),
+                     settings.rounds, settings.waves, settings.min_requests, settings.new_tokens);
     const bool terminal = isatty(STDERR_FILENO) == 1;
     BatchProgress progress;
     if (!options.quiet)

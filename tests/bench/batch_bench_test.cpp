@@ -121,6 +121,18 @@ TEST_CASE("bad batch lists and setups the sweep cannot run are usage errors", "[
         {"--batch", "2", "--tree", "auto"},
         {"--batch", "2", "--draft", "prompt-lookup"},
         {"--batch", "2", "--export-gguf", "."},
+        {"--auto-variant", "a:decay=0.5"},  // without --batch
+        {"--batch", "2", "--auto-variant", "a"},
+        {"--batch", "2", "--auto-variant", ":decay=0.5"},
+        {"--batch", "2", "--auto-variant", "a:"},
+        {"--batch", "2", "--auto-variant", "a:decay"},
+        {"--batch", "2", "--auto-variant", "a:no_such_setting=1"},
+        {"--batch", "2", "--auto-variant", "a:decay=0"},
+        {"--batch", "2", "--auto-variant", "a:decay=fast"},
+        {"--batch", "2", "--auto-variant", "a:max_look_drafts=0"},
+        {"--batch", "2", "--auto-variant", "a:warmup_steps=-1"},
+        {"--batch", "2", "--auto-variant", "a:equal_lengths=2"},
+        {"--batch", "2", "--auto-variant", "a:decay=0.5", "--auto-variant", "a:decay=0.9"},
     };
     for (const auto& arguments : bad) {
         std::string joined;
@@ -136,6 +148,13 @@ TEST_CASE("bad batch lists and setups the sweep cannot run are usage errors", "[
         CHECK(std::string(error.what()).find("too small") != std::string::npos);
     }
     CHECK(usage_text().find("--batch LIST") != std::string::npos);
+    try {
+        (void)parse_batch_flags({"--batch", "2", "--auto-variant", "a:draft_margn=1"});
+        FAIL("no error");
+    } catch (const UsageError& error) {
+        CHECK(std::string(error.what()).find("unknown AutoBatchLength setting 'draft_margn'") != std::string::npos);
+        CHECK(std::string(error.what()).find("draft_margin") != std::string::npos);  // the names it knows
+    }
 }
 
 TEST_CASE("a tiny batch sweep counts the full-batch steps of every variant and reports them", "[bench][report][batch]") {
@@ -298,4 +317,50 @@ TEST_CASE("the crossover is the first batch size where no fixed k beats batched 
     std::ostringstream missed;
     print_batch_verdict(missed, report);
     CHECK(missed.str().find("NOT met") != std::string::npos);
+}
+
+TEST_CASE("an auto variant with changed settings steps beside auto, its settings reach its policy and its A/B line "
+          "compares it with auto", "[bench][report][batch]") {
+    // "never": no warm-up, no exploring or widening steps, and a plan must
+    // expect a billion times plain decoding's rate: plain steps only,
+    // whatever the timings.
+    const BenchOptions options = parse_batch_flags(
+        {"--batch", "3", "--auto-variant", "never:warmup_steps=0,explore_every=0,widen_every=0,draft_margin=1000000000",
+         "--auto-variant", "no-margin:draft_margin=1"});
+    BatchSettings settings = tiny_settings();
+    settings.batch_sizes = {3};
+    settings.rounds = 1;
+    settings.auto_variants = batch_settings_of(options).auto_variants;
+    REQUIRE(settings.auto_variants.size() == 2);
+    CHECK(settings.auto_variants[0].options.draft_margin == 1e9);
+    CHECK(settings.auto_variants[0].options.explore_every == 0);
+    CHECK(settings.auto_variants[1].options.draft_margin == 1.0);
+    CHECK(settings.auto_variants[1].options.explore_every == AutoBatchOptions{}.explore_every);  // the rest: the defaults
+
+    TinyBatchPair pair;
+    const BatchReport report = tiny_sweep(pair, settings);
+    REQUIRE(report.sizes.size() == 1);
+    const BatchSizeResult& size = report.sizes[0];
+    REQUIRE(size.variants.size() == 6);  // AR, k=1, k=2, auto, the two variants
+    CHECK(size.variants[4].label() == "auto:never");
+    CHECK(size.variants[5].label() == "auto:no-margin");
+    REQUIRE(size.automatic() == &size.variants[3]);  // the verdict and what auto learned read the default auto
+    for (const BatchVariantResult& v : size.variants) {
+        INFO(v.label());
+        CHECK(v.steps > 0);
+        REQUIRE(v.greedy_match.has_value() == (v.kind != BatchVariantKind::autoregressive));
+        if (v.greedy_match) CHECK(*v.greedy_match);
+    }
+    const BatchVariantResult& never = size.variants[4];
+    CHECK(never.drafts == 0);
+    CHECK(never.tokens == never.sequence_steps);
+    CHECK(size.variants[2].drafts > 0);  // k = 2 does draft: "never" is its settings, not the setup
+
+    std::ostringstream text;
+    print_batch_verdict(text, report);
+    const double ratio = never.tokens_per_second() / size.variants[3].tokens_per_second();
+    CHECK(text.str().find(specdec::bench::detail::format("auto:never / auto: B=3 %.2fx", ratio)) != std::string::npos);
+    CHECK(text.str().find("auto:no-margin / auto: B=3") != std::string::npos);
+    const nlohmann::json json = nlohmann::json::parse(batch_report_to_json(report).dump());
+    CHECK(json["batch"]["sizes"][0]["variants"][4]["variant"] == "auto:never");
 }
