@@ -174,10 +174,13 @@ try:
             f.check(among.result() == alone, f"seeded T = 1 among 15 others (round {attempt}): {among.result()} != alone {alone}")
     # The control: the draft lengths do change sampled tokens, so the equality
     # above is what the server's fixed lengths for seeded requests bought.
-    other_length = server.complete(**seeded, **{"speculative.n_max": 1})[1]["choices"][0]["tokens"]
-    f.check(other_length != alone, "a seeded T = 1 request gave the same tokens at draft length 1 and 8: "
+    # Without speculative.n_max it drafts --seeded-draft (1), not --draft-max (8).
+    f.check(server.complete(**seeded, **{"speculative.n_max": 1})[1]["choices"][0]["tokens"] == alone,
+            "a seeded T = 1 request without speculative.n_max did not draft --seeded-draft's 1 token a step")
+    other_length = server.complete(**seeded, **{"speculative.n_max": 3})[1]["choices"][0]["tokens"]
+    f.check(other_length != alone, "a seeded T = 1 request gave the same tokens at draft length 3 and 1: "
                                    "the batch-invariance check above cannot fail")
-    status, body = server.complete(**seeded, **{"speculative.n_max": 1})
+    status, body = server.complete(**seeded, **{"speculative.n_max": 3})
     f.check(body["choices"][0]["tokens"] == other_length, "the same seed and draft length gave other tokens")
 
     # --- Metrics ------------------------------------------------------------

@@ -6,6 +6,7 @@
 // must not get an answer that silently ignores it.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -41,6 +42,9 @@ struct RequestLimits {
     std::size_t vocab = 0;
     std::size_t context = 0;
     std::size_t max_draft = 0;  // the server's --draft-max (the most a request may ask for)
+    // The fixed length a seeded sampled request drafts when it does not set
+    // speculative.n_max (the server's --seeded-draft, capped by max_draft).
+    std::size_t seeded_draft = 1;
 };
 
 namespace detail {
@@ -275,6 +279,11 @@ inline void parse_logit_bias(const nlohmann::json& v, const RequestLimits& limit
     if (out.include_usage && !out.stream) throw bad_request("'stream_options' needs 'stream': true", "stream_options");
     if (out.draft_max) {
         if (*out.draft_max > 0) out.options.draft_tokens = *out.draft_max;
+    } else if (out.seeded && !out.options.sampling.greedy()) {
+        // It drafts a fixed length whatever the load (job_options): a short
+        // one, since drafting to the policy's cap every step loses to plain
+        // decoding once a batch's pass is compute-bound.
+        out.options.draft_tokens = std::min(limits.seeded_draft, limits.max_draft);
     }
     return out;
 }
