@@ -261,7 +261,7 @@ public:
     Server(const Options& o, Model& target, Model& draft, std::optional<TextCodec<Vocabulary>> codec,
            std::string model_name)
         : options_(o), codec_(std::move(codec)), model_name_(std::move(model_name)),
-          limits_{target.vocab_size(), target.context_length(), o.draft_max, std::min(o.seeded_draft, o.draft_max)},
+          limits_{target.vocab_size(), target.context_length(), o.draft_max, o.seeded_draft},
           engine_(target, draft, metrics_, o.slots, o.prefill_chunk) {}
 
     int serve() {

@@ -47,6 +47,13 @@ struct RequestLimits {
     std::size_t seeded_draft = 1;
 };
 
+// A seeded request at T > 0 drafts a fixed length: its tokens then do not
+// depend on what else the server runs (AutoBatchLength's lengths follow the
+// batch and the timings).
+[[nodiscard]] inline bool drafts_fixed_length(const ParsedRequest& parsed) {
+    return parsed.seeded && !parsed.options.sampling.greedy();
+}
+
 namespace detail {
 
 [[nodiscard]] inline std::string type_name(const nlohmann::json& v) {
@@ -279,25 +286,22 @@ inline void parse_logit_bias(const nlohmann::json& v, const RequestLimits& limit
     if (out.include_usage && !out.stream) throw bad_request("'stream_options' needs 'stream': true", "stream_options");
     if (out.draft_max) {
         if (*out.draft_max > 0) out.options.draft_tokens = *out.draft_max;
-    } else if (out.seeded && !out.options.sampling.greedy()) {
-        // It drafts a fixed length whatever the load (job_options): a short
-        // one, since drafting to the policy's cap every step loses to plain
-        // decoding once a batch's pass is compute-bound.
+    } else if (drafts_fixed_length(out)) {
+        // A short fixed length, since drafting to the policy's cap every step
+        // loses to plain decoding once a batch's pass is compute-bound.
         out.options.draft_tokens = std::min(limits.seeded_draft, limits.max_draft);
     }
     return out;
 }
 
-// The decoding options the engine runs a parsed request with. A seeded
-// request at T > 0 drafts a fixed length: its tokens then do not depend on
-// what else the server runs (AutoBatchLength's lengths follow the batch and
-// the timings); speculative.n_max = 0 drafts nothing; the others follow the
-// length policy.
+// The decoding options the engine runs a parsed request with:
+// speculative.n_max = 0 drafts nothing, a seeded request at T > 0 a fixed
+// length (drafts_fixed_length), the others follow the length policy.
 [[nodiscard]] inline DecodingOptions job_options(const ParsedRequest& parsed) {
     DecodingOptions options = parsed.options;
     options.drafting = parsed.draft_max == std::optional<std::size_t>(0) ? Drafting::off
-                       : (parsed.seeded && !parsed.options.sampling.greedy()) ? Drafting::fixed
-                                                                             : Drafting::policy;
+                       : drafts_fixed_length(parsed)                     ? Drafting::fixed
+                                                                         : Drafting::policy;
     return options;
 }
 
