@@ -50,8 +50,10 @@ namespace specdec::bench {
     settings.auto_max_draft_tokens = options.auto_max_draft_tokens;
     settings.auto_variants = options.auto_variants;
     settings.temperature = options.temperatures.empty() ? 0.0 : options.temperatures.front();
-    settings.rule = !options.rules.empty() && options.rules.front() == RuleChoice::block ? ChosenRule::Kind::block
-                                                                                        : ChosenRule::Kind::tokenwise;
+    const RuleChoice rule = options.rules.empty() ? RuleChoice::tokenwise : options.rules.front();
+    settings.rule = rule == RuleChoice::block     ? ChosenRule::Kind::block
+                    : rule == RuleChoice::coupled ? ChosenRule::Kind::coupled
+                                                  : ChosenRule::Kind::tokenwise;
     settings.new_tokens = options.new_tokens;
     settings.rounds = options.repetitions;
     settings.seed = options.seed;

@@ -51,7 +51,12 @@ using PlannedLengths = std::vector<std::uint8_t>;
 // The verification every request runs: "greedy" at T = 0, else the rule's name.
 [[nodiscard]] inline const char* verification_name(const BatchSettings& settings) {
     if (settings.temperature == 0.0) return "greedy";
-    return settings.rule == ChosenRule::Kind::block ? "block" : "tokenwise";
+    switch (settings.rule) {
+        case ChosenRule::Kind::block: return "block";
+        case ChosenRule::Kind::coupled: return "coupled";
+        case ChosenRule::Kind::tokenwise: break;
+    }
+    return "tokenwise";
 }
 
 // Requests in one run of a variant at batch size `batch`.

@@ -36,12 +36,18 @@ enum class Backend { cpu, cuda };
 
 inline constexpr std::string_view kPromptLookupDraft = "prompt-lookup";
 
-// The acceptance rule of a configuration. Block verification equals greedy
-// verification at temperature 0, so it is only run at temperatures > 0.
-enum class RuleChoice { tokenwise, block };
+// The acceptance rule of a configuration. Block verification and coupled
+// sampling equal greedy verification at temperature 0, so they only run at
+// temperatures > 0.
+enum class RuleChoice { tokenwise, block, coupled };
 
 [[nodiscard]] inline std::string_view to_string(RuleChoice rule) {
-    return rule == RuleChoice::tokenwise ? "tokenwise" : "block";
+    switch (rule) {
+        case RuleChoice::block: return "block";
+        case RuleChoice::coupled: return "coupled";
+        case RuleChoice::tokenwise: break;
+    }
+    return "tokenwise";
 }
 
 // What a run measures: its rows (draft lengths, rules, trees, temperatures)
@@ -245,10 +251,11 @@ inline const std::vector<BenchFlag>& bench_flags() {
         {{"--max-draft-tokens"}, "N", "the most drafts per step of the auto row (default 8)",
          [](Line& l, V f, V v) { l.options.auto_max_draft_tokens = detail::parse_count(f, v, 1); }},
         {{"--rule", "--rules"}, "LIST",
-         "acceptance rules: tokenwise, block (block verification; runs at T > 0 only,\n"
-         "at T = 0 it is greedy verification; at k = 1 it is token-wise rejection, so\n"
-         "that row is left out when both rules run) (default tokenwise,block; --batch:\n"
-         "one, default tokenwise)",
+         "acceptance rules: tokenwise, block (block verification; at k = 1 it is\n"
+         "token-wise rejection, so that row is left out when both rules run), coupled\n"
+         "(the target's own draw at each position: a seed's tokens whatever the draft\n"
+         "lengths); block and coupled run at T > 0 only, at T = 0 they are greedy\n"
+         "verification (default tokenwise,block; --batch: one, default tokenwise)",
          [](Line& l, V flag, V v) {
              l.rules_given = true;
              std::vector<RuleChoice>& rules = l.options.rules;
@@ -257,7 +264,9 @@ inline const std::vector<BenchFlag>& bench_flags() {
                  RuleChoice rule;
                  if (item == "tokenwise") rule = RuleChoice::tokenwise;
                  else if (item == "block") rule = RuleChoice::block;
-                 else throw UsageError(std::string(flag) + ": '" + std::string(item) + "' is not a rule, expected tokenwise or block");
+                 else if (item == "coupled") rule = RuleChoice::coupled;
+                 else throw UsageError(std::string(flag) + ": '" + std::string(item) +
+                                       "' is not a rule, expected tokenwise, block or coupled");
                  if (std::find(rules.begin(), rules.end(), rule) == rules.end()) rules.push_back(rule);
              }
          }},

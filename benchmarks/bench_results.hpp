@@ -148,7 +148,7 @@ struct ConfigurationResult {
     [[nodiscard]] bool plotted_against_k() const { return !auto_length && rule == RuleChoice::tokenwise; }
     [[nodiscard]] std::string label() const {
         std::string text = auto_length ? "auto<=" + std::to_string(draft_tokens) : std::to_string(draft_tokens);
-        if (rule == RuleChoice::block) text += " block";
+        if (rule != RuleChoice::tokenwise) text += " " + std::string(to_string(rule));
         return text;
     }
     // Mean drafts per step (the chosen lengths; k for a fixed chain).

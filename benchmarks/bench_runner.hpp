@@ -65,12 +65,13 @@ struct Configuration {
     RuleChoice rule = RuleChoice::tokenwise;
 };
 
-// Every (temperature, rule, length) to run, in order; block only at T > 0.
+// Every (temperature, rule, length) to run, in order; block and coupled only
+// at T > 0.
 [[nodiscard]] inline std::vector<Configuration> configurations_of(const RunSettings& settings) {
     std::vector<Configuration> list;
     for (const double temperature : settings.temperatures) {
         for (const RuleChoice rule : settings.rules) {
-            if (rule == RuleChoice::block && temperature == 0.0) continue;
+            if (rule != RuleChoice::tokenwise && temperature == 0.0) continue;
             // With one draft, block verification is token-wise rejection: a
             // block row for k = 1 beside the token-wise one would only repeat it.
             const bool tokenwise_too =
@@ -212,6 +213,10 @@ template <class Draft, CausalLM Target>
     if (configuration.rule == RuleChoice::tokenwise) {
         if (configuration.auto_length) return make(TokenwiseRejection{}, AutoLength{});
         return make(TokenwiseRejection{}, FixedLength{});
+    }
+    if (configuration.rule == RuleChoice::coupled) {
+        if (configuration.auto_length) return make(CoupledSampling{}, AutoLength{});
+        return make(CoupledSampling{}, FixedLength{});
     }
     if (configuration.auto_length) return make(BlockVerification{}, AutoLength{});
     return make(BlockVerification{}, FixedLength{});

@@ -60,7 +60,7 @@ struct Options {
     std::string chat_template;  // empty: the target's tokenizer.chat_template
     bool synthetic = false;
     std::string synthetic_size = "tiny";
-    std::size_t slots = 4, context = 0, threads = 0, max_queue = 64, max_body = 1 << 20, draft_max = 8, seeded_draft = 1;
+    std::size_t slots = 4, context = 0, threads = 0, max_queue = 64, max_body = 1 << 20, draft_max = 8;
     std::size_t timeout = 600;
     std::size_t prefill_chunk = 512;
     bool warm_up = true;
@@ -108,10 +108,6 @@ const std::vector<Flag>& server_flags() {
         {{"-t", "--threads"}, "N", "CPU threads; 0 = every core (default 0)", [](Options& o, V f, V v) { o.threads = parse_count(f, v); }},
         {{"--draft-max"}, "N", "most draft tokens per request per step (default 8)",
          [](Options& o, V f, V v) { o.draft_max = parse_count(f, v, 1); }},
-        {{"--seeded-draft"}, "N",
-         "draft tokens per step of a seeded request at temperature > 0 without speculative.n_max: a fixed "
-         "length, so that its tokens do not depend on the load (default 1, at most --draft-max)",
-         [](Options& o, V f, V v) { o.seeded_draft = parse_count(f, v, 1); }},
         {{"--prefill-chunk"}, "N",
          "most prompt tokens prefilled per step, so that a long prompt does not stall the running streams; "
          "0 = each prompt whole (default 512)",
@@ -261,7 +257,7 @@ public:
     Server(const Options& o, Model& target, Model& draft, std::optional<TextCodec<Vocabulary>> codec,
            std::string model_name)
         : options_(o), codec_(std::move(codec)), model_name_(std::move(model_name)),
-          limits_{target.vocab_size(), target.context_length(), o.draft_max, o.seeded_draft},
+          limits_{target.vocab_size(), target.context_length(), o.draft_max},
           engine_(target, draft, metrics_, o.slots, o.prefill_chunk) {}
 
     int serve() {
@@ -428,6 +424,7 @@ private:
             Job job;
             job.prompt = std::move(prompt);
             job.options = job_options(parsed);
+            job.rule = job_rule(parsed);
             job.channel = std::make_shared<Channel>();
             const std::size_t prompt_size = job.prompt.size();
             const std::shared_ptr<Channel> channel = job.channel;

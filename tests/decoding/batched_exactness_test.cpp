@@ -534,17 +534,20 @@ TEST_CASE("batched decoding is exact per request when AutoBatchLength widens pas
     CHECK(counts.lengths[k] > 0);  // the deepest position was reached
 }
 
-// The measured request (the third run_with_mates submits) verifies with block
-// verification, every mate with token-wise rejection, in the same passes.
+// The measured request (the third run_with_mates submits) verifies with its
+// own rule (block verification by default), every mate with token-wise
+// rejection, in the same passes.
+template <class Policy = specdec::FixedBatchLength>
 class MixedRules {
 public:
-    using Decoder = BatchedDecoder<ToySlots, ToySlots, specdec::ChosenRule, specdec::FixedBatchLength>;
-    MixedRules(ToySlots& target, ToySlots& draft) : decoder_(specdec::target(target), specdec::draft(draft)) {}
+    using Kind = specdec::ChosenRule::Kind;
+    using Decoder = BatchedDecoder<ToySlots, ToySlots, specdec::ChosenRule, Policy>;
+    MixedRules(ToySlots& target, ToySlots& draft, Kind measured = Kind::block, Policy policy = {})
+        : decoder_(specdec::target(target), specdec::draft(draft), {}, {}, std::move(policy)), measured_(measured) {}
 
     RequestId submit(std::span<const Token> prompt, DecodingOptions options) {
-        using Kind = specdec::ChosenRule::Kind;
         const bool measured = submitted_++ == 2;
-        return decoder_.submit(prompt, std::move(options), {}, specdec::ChosenRule{measured ? Kind::block : Kind::tokenwise});
+        return decoder_.submit(prompt, std::move(options), {}, specdec::ChosenRule{measured ? measured_ : Kind::tokenwise});
     }
     specdec::BatchStepReport step() { return decoder_.step(); }
     RequestStatus status(RequestId id) const { return decoder_.status(id); }
@@ -554,6 +557,7 @@ public:
 
 private:
     Decoder decoder_;
+    Kind measured_;
     std::size_t submitted_ = 0;
 };
 
@@ -570,7 +574,7 @@ TEST_CASE("requests with their own rules share a batch: block verification among
     std::size_t same_as_block = 0, same_as_tokenwise = 0;
     const DecodingOptions measured{.draft_tokens = k, .sampling = sampling, .max_new_tokens = setup.length};
     const auto report = run_exactness(setup, [&](std::uint64_t seed) {
-        MixedRules decoder(target, draft);
+        MixedRules<> decoder(target, draft);
         SampledRun run = run_with_mates(decoder, kPrompt, measured, seed, counts);
         // The same request alone, under each rule: with fixed lengths and the
         // same seed, the batched tokens are those of the rule it asked for.
@@ -590,6 +594,40 @@ TEST_CASE("requests with their own rules share a batch: block verification among
     // The two rules decide differently often enough that the check above
     // would catch a request verified with its mates' rule.
     CHECK(same_as_tokenwise < counts.samples * 9 / 10);
+}
+
+TEST_CASE("a coupled request among token-wise mates under AutoBatchLength is exact, drafting to the deepest "
+          "position, and emits the autoregressive decoder's tokens for its seed whatever its lengths",
+          "[exactness][decoder][batched][length-policy]") {
+    constexpr std::size_t k = 4;
+    const SamplingOptions sampling{.temperature = 1.3, .top_k = 2, .repeat_penalty = 1.2};
+    ToySlots target = toy_slots(target_options()), draft = toy_slots(draft_options());
+    ToyLM alone(target_options());
+    const ToyLM reference(target_options());
+    const ExactnessSetup setup =
+        setup_for("batched, coupled among token-wise mates, AutoBatchLength", kPrompt, k, reference, sampling);
+    ScenarioCounts counts;
+    std::size_t same_as_autoregressive = 0;
+    const DecodingOptions measured{.draft_tokens = k, .sampling = sampling, .max_new_tokens = setup.length};
+    const auto report = run_exactness(setup, [&](std::uint64_t seed) {
+        MixedRules<specdec::AutoBatchLength> decoder(target, draft, specdec::ChosenRule::Kind::coupled,
+                                                     deep_auto_policy(k));
+        SampledRun run = run_with_mates(decoder, kPrompt, measured, seed, counts);
+        DecodingOptions plain_options = measured;
+        plain_options.seed = seed;
+        specdec::AutoregressiveDecoder plain(alone, plain_options);
+        same_as_autoregressive += plain.generate(kPrompt).tokens == run.tokens ? 1 : 0;
+        return run;
+    });
+    check_exact(report, k);
+    check_batched(counts);
+    CHECK(same_as_autoregressive == counts.samples);
+    INFO("measured request's draft lengths (length:steps):" << draft_lengths_text(counts));
+    // Its lengths varied (the policy chose them), so the equality above is
+    // independence of the draft length, not one length's run.
+    std::size_t lengths_used = 0;
+    for (const std::size_t steps : counts.lengths) lengths_used += steps > 0 ? 1 : 0;
+    CHECK(lengths_used >= 3);
 }
 
 TEST_CASE("batched prompt lookup is exact per request among batch mates, all 8 draft positions reached",

@@ -348,3 +348,82 @@ TEST_CASE("negative controls: drafting the argmax, or sampling a warped q while 
     check_caught(toy_drafter_report("argmax drafter reporting q", {.pick = TokenPick::argmax, .reports = ReportedQ::model_q}), 3);
     check_caught(toy_drafter_report("top-2 sample, unfiltered q", {.draft_top_k = 2, .reports = ReportedQ::model_q}), 3);
 }
+
+// Coupled sampling (CoupledSampling): the emitted token at each position is
+// the target's own draw there, so a run's tokens are the autoregressive
+// decoder's for its seed, whatever the drafts; the harness checks the
+// distribution, and every sample is compared with that decoder's tokens.
+namespace {
+
+// The coupled rule with one uniform per step instead of one per position: the
+// tokens a step settles are drawn from one u, so they are correlated.
+struct CoupledKeyedByStep {
+    static constexpr specdec::DraftDraws draft_draws() { return specdec::DraftDraws::targets; }
+    specdec::AcceptanceResult operator()(const specdec::DraftProposal& d, specdec::DistributionRows p,
+                                         const specdec::CounterRng& rng, std::uint64_t position) const {
+        const double u = rng.uniform(position, specdec::RandomPurpose::target_sample);
+        for (std::size_t i = 0;; ++i) {
+            const Token y = specdec::sample_from_distribution(p.row(i), u);
+            if (i == d.size() || y != d.tokens[i]) return {i, y};
+        }
+    }
+};
+
+}  // namespace
+
+TEST_CASE("coupled sampling is exact at every draft position, with the transforms and draft lengths that change "
+          "from run to run, and emits the autoregressive decoder's tokens for each seed",
+          "[exactness][decoder]") {
+    struct Case {
+        std::string name;
+        std::size_t vocab, k;
+        SamplingOptions sampling;
+        bool vary_length;  // k for the run of seed s: 1 + s % k
+    };
+    const Case cases[] = {
+        {"coupled, vocab 3, k 4", 3, 4, {.temperature = 1.0}, false},
+        {"coupled, vocab 5, T 1.3 top-k 4 top-p 0.85 min-p 0.1 repeat penalty 1.3, k 1..3 by seed", 5, 3,
+         {.temperature = 1.3, .top_k = 4, .top_p = 0.85, .min_p = 0.1, .repeat_penalty = 1.3}, true},
+    };
+    for (const Case& c : cases) {
+        ToyLM target(exactness_target_options(c.vocab)), draft(exactness_draft_options(c.vocab));
+        ToyLM alone(exactness_target_options(c.vocab));
+        const ExactnessSetup setup{.name = c.name,
+                                   .prompt = {1, 2},
+                                   .vocab = c.vocab,
+                                   .length = c.k + 1,
+                                   .draft_tokens = c.k,
+                                   .samples = kExactnessSamples,
+                                   .target = reference_conditional(target, c.sampling)};
+        std::size_t samples = 0, same_as_autoregressive = 0;
+        const auto report = run_exactness(setup, [&](std::uint64_t seed) {
+            const DecodingOptions options{.draft_tokens = c.vary_length ? 1 + seed % c.k : c.k,
+                                          .sampling = c.sampling,
+                                          .seed = seed,
+                                          .max_new_tokens = setup.length};
+            specdec::SpeculativeDecoder<ToyLM, ToyLM, specdec::CoupledSampling, specdec::FixedLength> decoder(
+                specdec::target(target), specdec::draft(draft), options);
+            const specdec::GenerationResult result = decoder.generate(setup.prompt);
+            specdec::AutoregressiveDecoder plain(alone, options);
+            ++samples;
+            same_as_autoregressive += plain.generate(setup.prompt).tokens == result.tokens ? 1 : 0;
+            return sampled_run(result);
+        });
+        check_exact(report, c.k);
+        CHECK(same_as_autoregressive == samples);
+    }
+}
+
+TEST_CASE("negative control: coupled sampling with one uniform per step instead of per position is caught",
+          "[exactness][decoder][negative-control]") {
+    ToyLM target(exactness_target_options(3)), draft(exactness_draft_options(3));
+    const SamplingOptions sampling{.temperature = 1.0};
+    const ExactnessSetup setup{.name = "coupled, one uniform per step",
+                               .prompt = {1, 2},
+                               .vocab = 3,
+                               .length = 5,
+                               .draft_tokens = 4,
+                               .samples = kExactnessSamples,
+                               .target = reference_conditional(target, sampling)};
+    check_caught(run_exactness(setup, speculative_run<CoupledKeyedByStep>(target, draft, 4, sampling, 5, setup.prompt)), 4);
+}

@@ -1,13 +1,13 @@
 // Exactness through specdec-server's request path, in-process: a JSON body is
 // parsed by the server's parser (server/request.hpp: parse_request,
 // job_options), queued to the server's Engine (server/engine.hpp: its
-// decoding loop on a thread of its own, the BatchedDecoder with token-wise
-// rejection and AutoBatchLength) beside batch mates, and read back from its
+// decoding loop on a thread of its own, the BatchedDecoder with each
+// request's rule and AutoBatchLength) beside batch mates, and read back from its
 // channel as the HTTP threads read it. The measured request is seeded at
-// T > 0, so it drafts a fixed speculative.n_max = 4 every step; its generated
-// sequences of 5 tokens must follow the distribution the request's fields
-// mean (temperature, top_k, repeat penalty), computed by the harness's
-// independent reference. The negative controls run the same path with the
+// T > 0, so it verifies with coupled sampling, at the policy's lengths up to
+// speculative.n_max = 4; its generated sequences of 5 tokens must follow the
+// distribution the request's fields mean (temperature, top_k, repeat
+// penalty), computed by the harness's independent reference. The negative controls run the same path with the
 // parsed top_k dropped or the temperature left at its default (a parser
 // that ignored the field) and must be caught by the same statistic.
 #include <chrono>
@@ -25,6 +25,7 @@
 #include "server/engine.hpp"
 #include "server/metrics.hpp"
 #include "server/request.hpp"
+#include "specdec/decoding/autoregressive_decoder.hpp"
 #include "specdec/decoding/batched_decoder.hpp"
 #include "support/catch.hpp"
 #include "support/exactness_harness.hpp"
@@ -85,6 +86,7 @@ std::shared_ptr<Channel> enqueue(Engine& engine, specdec::server::ParsedRequest 
     Job job;
     job.prompt = parsed.prompt_tokens;
     job.options = specdec::server::job_options(parsed);
+    job.rule = specdec::server::job_rule(parsed);
     job.channel = std::make_shared<Channel>();
     std::shared_ptr<Channel> channel = job.channel;
     REQUIRE_FALSE(engine.enqueue(std::move(job), 64).has_value());
@@ -108,7 +110,10 @@ specdec::test::ExactnessReport run_through_engine(const std::string& name,
     ToySlots target(kSlots, [] { return ToyLM(target_options()); });
     ToySlots draft(kSlots, [] { return ToyLM(draft_options()); });
     specdec::server::Metrics metrics;
-    Engine engine(target, draft, metrics, kSlots, 0);
+    // A policy that never leaves its warm-up: plain steps alternate with steps
+    // drafting up to the caps (within its draft rows), so that the measured
+    // request changes length from step to step and reaches its deepest position.
+    Engine engine(target, draft, metrics, kSlots, 0, specdec::AutoBatchLength({.warmup_steps = 1u << 30}));
     std::thread loop([&] { engine.run(); });
     const ToyLM reference(target_options());
     const specdec::test::ExactnessSetup setup{.name = name,
@@ -119,7 +124,8 @@ specdec::test::ExactnessReport run_through_engine(const std::string& name,
                                               .samples = 20000,
                                               .first_seed = 52000,
                                               .target = specdec::test::reference_conditional(reference, measured_sampling())};
-    std::size_t mates_finished = 0;
+    std::size_t mates_finished = 0, same_as_plain = 0;
+    ToyLM alone(target_options());
     const specdec::test::ExactnessReport report = specdec::test::run_exactness(setup, [&](std::uint64_t seed) {
         std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull);
         std::vector<std::shared_ptr<Channel>> mates;
@@ -128,12 +134,16 @@ specdec::test::ExactnessReport run_through_engine(const std::string& name,
         specdec::server::ParsedRequest parsed =
             specdec::server::parse_request(measured_body(seed), specdec::server::Endpoint::completions, kLimits);
         if (edit != nullptr) edit(parsed);
+        specdec::AutoregressiveDecoder plain(alone, parsed.options);
+        const std::vector<Token> plain_tokens = plain.generate(parsed.prompt_tokens).tokens;
         const std::shared_ptr<Channel> measured = enqueue(engine, std::move(parsed));
         mates.push_back(enqueue(engine, specdec::server::parse_request(mate_body(rng), specdec::server::Endpoint::completions, kLimits)));
         const RequestResult result = wait_for(*measured);
         INFO(result.error);
         REQUIRE(result.status == RequestStatus::finished);
         REQUIRE(result.generation.tokens.size() == kLength);
+        // A seeded request's tokens are plain sampling's for its seed.
+        if (result.generation.tokens == plain_tokens) ++same_as_plain;
         for (const std::shared_ptr<Channel>& mate : mates)
             if (wait_for(*mate).status == RequestStatus::finished) ++mates_finished;
         return specdec::test::sampled_run(result.generation);
@@ -141,6 +151,7 @@ specdec::test::ExactnessReport run_through_engine(const std::string& name,
     engine.stop();
     loop.join();
     CHECK(mates_finished == 3 * setup.samples);
+    CHECK(same_as_plain == setup.samples);
     return report;
 }
 

@@ -10,12 +10,11 @@
 // step's logprobs to the channels that asked for them (a token's logprob is
 // known once its step ends), and each result to its channel.
 //
-// Draft lengths: a seeded request at temperature > 0 drafts a fixed length
-// (its speculative.n_max, or the server's --draft-max) every step, so that its
-// tokens are a function of its own prompt, options and seed, whatever its
-// batch mates (the CPU rows are batch-invariant, and the sampled tokens depend
-// on the draft lengths). Greedy and unseeded requests get AutoBatchLength's
-// length for the batch; speculative.n_max = 0 drafts nothing.
+// Draft lengths: AutoBatchLength's for the batch, up to each request's cap;
+// speculative.n_max = 0 drafts nothing. A seeded request verifies with coupled
+// sampling (job_rule), so that its tokens are a function of its own prompt,
+// options and seed whatever its batch mates and lengths (the CPU rows are
+// batch-invariant); the others with token-wise rejection.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -121,6 +120,7 @@ private:
 struct Job {
     std::vector<Token> prompt;
     DecodingOptions options;  // options.drafting: the length policy's, a fixed length, or none
+    ChosenRule rule{};        // job_rule
     std::shared_ptr<Channel> channel;
     Clock::time_point arrived = Clock::now();
 };
@@ -128,13 +128,14 @@ struct Job {
 template <class Target, class Draft>
 class Engine {
 public:
-    using Decoder = BatchedDecoder<Target, Draft, TokenwiseRejection, AutoBatchLength>;
+    using Decoder = BatchedDecoder<Target, Draft, ChosenRule, AutoBatchLength>;
 
     // prefill_chunk: BatchOptions::prefill_chunk (0: whole prompts).
-    Engine(Target& target, Draft& draft, Metrics& metrics, std::size_t slots, std::size_t prefill_chunk)
+    Engine(Target& target, Draft& draft, Metrics& metrics, std::size_t slots, std::size_t prefill_chunk,
+           AutoBatchLength policy = {})
         : decoder_(specdec::target(target), specdec::draft(draft),
-                   BatchOptions{.max_sequences = slots, .prefill_chunk = prefill_chunk},
-                   TokenwiseRejection{}, AutoBatchLength{}),
+                   BatchOptions{.max_sequences = slots, .prefill_chunk = prefill_chunk}, ChosenRule{},
+                   std::move(policy)),
           metrics_(&metrics) {}
 
     // The decoding loop, on the calling thread, until stop(); then it ends
@@ -282,7 +283,7 @@ private:
                 channel->push(token);
                 return !channel->cancelled();
             };
-            id = decoder_.submit(job.prompt, job.options, std::move(stream));
+            id = decoder_.submit(job.prompt, job.options, std::move(stream), job.rule);
         } catch (const Error& error) {
             release();
             channel->refuse(bad_request(error.what()));

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <specdec/decoding/decoding_options.hpp>
+#include <specdec/sampling/acceptance.hpp>
 #include <specdec/text/chat_template.hpp>
 
 #include "api_error.hpp"
@@ -42,17 +43,7 @@ struct RequestLimits {
     std::size_t vocab = 0;
     std::size_t context = 0;
     std::size_t max_draft = 0;  // the server's --draft-max (the most a request may ask for)
-    // The fixed length a seeded sampled request drafts when it does not set
-    // speculative.n_max (the server's --seeded-draft, capped by max_draft).
-    std::size_t seeded_draft = 1;
 };
-
-// A seeded request at T > 0 drafts a fixed length: its tokens then do not
-// depend on what else the server runs (AutoBatchLength's lengths follow the
-// batch and the timings).
-[[nodiscard]] inline bool drafts_fixed_length(const ParsedRequest& parsed) {
-    return parsed.seeded && !parsed.options.sampling.greedy();
-}
 
 namespace detail {
 
@@ -284,25 +275,25 @@ inline void parse_logit_bias(const nlohmann::json& v, const RequestLimits& limit
         out.options.logprobs.source = LogprobSource::raw;
     }
     if (out.include_usage && !out.stream) throw bad_request("'stream_options' needs 'stream': true", "stream_options");
-    if (out.draft_max) {
-        if (*out.draft_max > 0) out.options.draft_tokens = *out.draft_max;
-    } else if (drafts_fixed_length(out)) {
-        // A short fixed length, since drafting to the policy's cap every step
-        // loses to plain decoding once a batch's pass is compute-bound.
-        out.options.draft_tokens = std::min(limits.seeded_draft, limits.max_draft);
-    }
+    if (out.draft_max && *out.draft_max > 0) out.options.draft_tokens = *out.draft_max;
     return out;
 }
 
 // The decoding options the engine runs a parsed request with:
-// speculative.n_max = 0 drafts nothing, a seeded request at T > 0 a fixed
-// length (drafts_fixed_length), the others follow the length policy.
+// speculative.n_max = 0 drafts nothing, every other request drafts what the
+// length policy chooses, up to its speculative.n_max or the server's --draft-max.
 [[nodiscard]] inline DecodingOptions job_options(const ParsedRequest& parsed) {
     DecodingOptions options = parsed.options;
-    options.drafting = parsed.draft_max == std::optional<std::size_t>(0) ? Drafting::off
-                       : drafts_fixed_length(parsed)                     ? Drafting::fixed
-                                                                         : Drafting::policy;
+    options.drafting = parsed.draft_max == std::optional<std::size_t>(0) ? Drafting::off : Drafting::policy;
     return options;
+}
+
+// The rule a parsed request verifies with. A seeded request's tokens must not
+// depend on what else the server runs, and the policy's lengths do: coupled
+// sampling makes them plain sampling's tokens for the seed whatever the
+// lengths. The others get token-wise rejection, which keeps more drafts.
+[[nodiscard]] inline ChosenRule job_rule(const ParsedRequest& parsed) {
+    return ChosenRule{parsed.seeded ? ChosenRule::Kind::coupled : ChosenRule::Kind::tokenwise};
 }
 
 }  // namespace specdec::server

@@ -28,6 +28,15 @@ enum class RandomPurpose : std::uint32_t {
     tree_test = 6,      // tree verification: uniform of the test of node `lane` (its token is at this position)
 };
 
+// Which uniform a drafter draws draft i with. `own`: a stream of its own
+// (draft_sample, keyed by the step and i), which the token-wise and block
+// rules need: their tests must be independent of the drafts. `targets`: the
+// uniform the target samples the draft's position with (target_sample at
+// that position), which CoupledSampling needs: it keeps a draft iff the draft
+// is the target's own draw, so drafts drawn with the same uniform are kept
+// whenever the two distributions agree there.
+enum class DraftDraws : unsigned char { own, targets };
+
 namespace detail {
 
 SPECDEC_HOST_DEVICE inline std::uint32_t mulhilo32(std::uint32_t a, std::uint32_t b, std::uint32_t& hi) {

@@ -70,6 +70,7 @@ public:
     // The request now holding the slot, and what it has produced so far.
     RequestId id = 0;
     bool occupied = false, cancel_requested = false;
+    DraftDraws draws = DraftDraws::own;  // what the request's rule needs its drafts drawn with
     TokenStream stream;
     GenerationResult result;
     Clock::time_point started{};
@@ -114,7 +115,8 @@ public:
         const CounterRng random = rng();
         return this->propose(step, [&] {
             if (k == 0) return DraftProposal{};
-            return this->drafter_.propose(DraftRequest{this->sequence_, k, this->options_.sampling, random});
+            return this->drafter_.propose(
+                DraftRequest{this->sequence_, k, this->options_.sampling, random, {}, 0, {}, draws});
         });
     }
 

@@ -313,6 +313,7 @@ private:
             waiting_.pop_front();
             slot->occupied = true;
             slot->id = request.id;
+            slot->draws = draft_draws_for(request.rule);
             rules_[slot_index(*slot)] = std::move(request.rule);
             prefill(*slot, [&] {
                 const std::size_t computed =

@@ -65,7 +65,7 @@ public:
             a.proposal.vocab = vocab;
             a.proposal.tokens.reserve(a.k_max);
             rngs_[i] = a.slot->rng();
-            requests_.push_back(DraftRequest{history, a.k_max, a.slot->sampling(), rngs_[i]});
+            requests_.push_back(DraftRequest{history, a.k_max, a.slot->sampling(), rngs_[i], {}, 0, {}, a.slot->draws});
             if (a.k_max > 0) drafting_.push_back(i);
         }
         for (std::size_t round = 0; !drafting_.empty(); ++round) {

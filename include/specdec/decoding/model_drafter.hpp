@@ -51,8 +51,10 @@ inline bool draft_from_row(std::span<const float> row, const DraftRequest& reque
             proposal.probabilities.resize(i * vocab);
             return false;
         }
-        token = sample_from_distribution(
-            q, request.rng.uniform(step_key, RandomPurpose::draft_sample, static_cast<std::uint32_t>(i)));
+        const double u = request.draws == DraftDraws::targets
+                             ? request.rng.uniform(step_key + i, RandomPurpose::target_sample)
+                             : request.rng.uniform(step_key, RandomPurpose::draft_sample, static_cast<std::uint32_t>(i));
+        token = sample_from_distribution(q, u);
     } else {
         if (request.stop) {
             const float top = detail::softmax_normaliser(row, 1.0, "draft model", nullptr, step_key + i).scale;

@@ -97,7 +97,7 @@ public:
             if (k_max == 0) return DraftProposal{};
             limit = detail::forced_draft_limit(options_, step.room, max_tokens, k_max);
             return drafter_.propose(DraftRequest{sequence_, k_max, options_.sampling, rng, plan.stop, limit,
-                                                 options_.stop_tokens});
+                                                 options_.stop_tokens, draft_draws_for(rule_)});
         });
         this->check_proposal(draft, std::max(k_max, limit));
         const std::size_t k = draft.size();

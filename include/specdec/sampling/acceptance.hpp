@@ -328,6 +328,28 @@ inline void check_rule_inputs(const DraftProposal& draft, const DistributionRows
     return {tau, detail::sample_residual(p.row(tau), draft, tau, v, weight)};
 }
 
+// Coupled sampling: the token at position t is the target's own draw
+// y_t = inverse CDF of p_t at u_t = uniform(t, target_sample), the very draw
+// plain autoregressive sampling makes there; drafts are kept while they equal
+// it, and the first that differs is replaced by it (after k kept drafts, y is
+// the bonus). The emitted tokens are therefore a function of the seed, the
+// prompt and the target alone: bitwise the autoregressive decoder's tokens
+// for that seed, whatever the drafts, the draft length or the batch. Exact for
+// any drafter (the drafts only decide how many positions one pass settles).
+// A draft is kept with probability P(F_q^-1(u) = F_p^-1(u)) when it is drawn
+// with the same u (DraftDraws::targets): high when q is close to p, below
+// token-wise rejection's sum min(p, q). The rule for seeded requests that must
+// repeat under an adaptive length policy.
+[[nodiscard]] inline AcceptanceResult accept_coupled(const DraftProposal& draft, DistributionRows p,
+                                                     const CounterRng& rng, std::uint64_t first_position) {
+    detail::check_rule_inputs(draft, p);
+    const std::size_t k = draft.size();
+    for (std::size_t i = 0;; ++i) {
+        const Token y = sample_from_distribution(p.row(i), rng.uniform(first_position + i, RandomPurpose::target_sample));
+        if (i == k || y != draft.tokens[i]) return {i, y};
+    }
+}
+
 // Greedy verification (temperature 0): keep drafts while they equal the
 // target's argmax; emit the target's argmax at the first mismatch, or after
 // the last draft. `target_argmax` holds k + 1 argmax tokens.
@@ -367,15 +389,30 @@ struct BlockVerification {
     }
 };
 
-// Either rule, chosen at run time: for a batched decoder whose requests
-// choose their own rule (BatchedDecoder::submit takes one per request).
-struct ChosenRule {
-    enum class Kind { tokenwise, block };
-    Kind kind = Kind::tokenwise;
+// accept_coupled: a seeded run's tokens independent of every length decision.
+// Its drafts must be drawn with the target's uniforms (draft_draws()).
+struct CoupledSampling {
+    [[nodiscard]] static constexpr DraftDraws draft_draws() { return DraftDraws::targets; }
     AcceptanceResult operator()(const DraftProposal& draft, DistributionRows p, const CounterRng& rng,
                                 std::uint64_t first_position) const {
-        return kind == Kind::block ? accept_block_verification(draft, p, rng, first_position)
-                                   : accept_rejection_sampling(draft, p, rng, first_position);
+        return accept_coupled(draft, p, rng, first_position);
+    }
+};
+
+// Any of the three, chosen at run time: for a batched decoder whose requests
+// choose their own rule (BatchedDecoder::submit takes one per request).
+struct ChosenRule {
+    enum class Kind { tokenwise, block, coupled };
+    Kind kind = Kind::tokenwise;
+    [[nodiscard]] DraftDraws draft_draws() const { return kind == Kind::coupled ? DraftDraws::targets : DraftDraws::own; }
+    AcceptanceResult operator()(const DraftProposal& draft, DistributionRows p, const CounterRng& rng,
+                                std::uint64_t first_position) const {
+        switch (kind) {
+            case Kind::block: return accept_block_verification(draft, p, rng, first_position);
+            case Kind::coupled: return accept_coupled(draft, p, rng, first_position);
+            case Kind::tokenwise: break;
+        }
+        return accept_rejection_sampling(draft, p, rng, first_position);
     }
 };
 
@@ -384,5 +421,13 @@ concept AcceptanceRule = requires(const Rule& rule, const DraftProposal& draft, 
                                   const CounterRng& rng, std::uint64_t position) {
     { rule(draft, p, rng, position) } -> std::same_as<AcceptanceResult>;
 };
+
+// The uniforms a rule needs its drafts drawn with: what it says
+// (draft_draws()), else a stream of the drafter's own.
+template <class Rule>
+[[nodiscard]] DraftDraws draft_draws_for(const Rule& rule) {
+    if constexpr (requires { { rule.draft_draws() } -> std::same_as<DraftDraws>; }) return rule.draft_draws();
+    else return DraftDraws::own;
+}
 
 }  // namespace specdec
