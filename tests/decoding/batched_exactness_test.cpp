@@ -597,31 +597,33 @@ TEST_CASE("requests with their own rules share a batch: block verification among
 }
 
 TEST_CASE("a coupled request among token-wise mates under AutoBatchLength is exact, drafting to the deepest "
-          "position, and emits the autoregressive decoder's tokens for its seed whatever its lengths",
+          "position, and emits for its seed the tokens of its run alone without drafts, whatever its lengths",
           "[exactness][decoder][batched][length-policy]") {
     constexpr std::size_t k = 4;
     const SamplingOptions sampling{.temperature = 1.3, .top_k = 2, .repeat_penalty = 1.2};
     ToySlots target = toy_slots(target_options()), draft = toy_slots(draft_options());
-    ToyLM alone(target_options());
+    ToyLM alone_target(target_options()), alone_draft(draft_options());
     const ToyLM reference(target_options());
     const ExactnessSetup setup =
         setup_for("batched, coupled among token-wise mates, AutoBatchLength", kPrompt, k, reference, sampling);
     ScenarioCounts counts;
-    std::size_t same_as_autoregressive = 0;
+    std::size_t same_without_drafts = 0;
     const DecodingOptions measured{.draft_tokens = k, .sampling = sampling, .max_new_tokens = setup.length};
     const auto report = run_exactness(setup, [&](std::uint64_t seed) {
         MixedRules<specdec::AutoBatchLength> decoder(target, draft, specdec::ChosenRule::Kind::coupled,
                                                      deep_auto_policy(k));
         SampledRun run = run_with_mates(decoder, kPrompt, measured, seed, counts);
-        DecodingOptions plain_options = measured;
-        plain_options.seed = seed;
-        specdec::AutoregressiveDecoder plain(alone, plain_options);
-        same_as_autoregressive += plain.generate(kPrompt).tokens == run.tokens ? 1 : 0;
+        DecodingOptions no_drafts = measured;
+        no_drafts.seed = seed;
+        no_drafts.drafting = specdec::Drafting::off;
+        specdec::SpeculativeDecoder<ToyLM, ToyLM, specdec::CoupledSampling, specdec::FixedLength> plain(
+            specdec::target(alone_target), specdec::draft(alone_draft), no_drafts);
+        same_without_drafts += plain.generate(kPrompt).tokens == run.tokens ? 1 : 0;
         return run;
     });
     check_exact(report, k);
     check_batched(counts);
-    CHECK(same_as_autoregressive == counts.samples);
+    CHECK(same_without_drafts == counts.samples);
     INFO("measured request's draft lengths (length:steps):" << draft_lengths_text(counts));
     // Its lengths varied (the policy chose them), so the equality above is
     // independence of the draft length, not one length's run.

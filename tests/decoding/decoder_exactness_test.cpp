@@ -350,20 +350,19 @@ TEST_CASE("negative controls: drafting the argmax, or sampling a warped q while 
 }
 
 // Coupled sampling (CoupledSampling): the emitted token at each position is
-// the target's own draw there, so a run's tokens are the autoregressive
-// decoder's for its seed, whatever the drafts; the harness checks the
-// distribution, and every sample is compared with that decoder's tokens.
+// the target's own coupled draw there, so a run's tokens are those of the
+// same seed without drafts, whatever the drafts; the harness checks the
+// distribution, and every sample is compared with the run without drafts.
 namespace {
 
-// The coupled rule with one uniform per step instead of one per position: the
-// tokens a step settles are drawn from one u, so they are correlated.
+// The coupled rule with the noise of the step's first position for every
+// position of the step: the tokens a step settles are correlated.
 struct CoupledKeyedByStep {
-    static constexpr specdec::DraftDraws draft_draws() { return specdec::DraftDraws::targets; }
+    static constexpr specdec::DraftDraws draft_draws() { return specdec::DraftDraws::coupled; }
     specdec::AcceptanceResult operator()(const specdec::DraftProposal& d, specdec::DistributionRows p,
                                          const specdec::CounterRng& rng, std::uint64_t position) const {
-        const double u = rng.uniform(position, specdec::RandomPurpose::target_sample);
         for (std::size_t i = 0;; ++i) {
-            const Token y = specdec::sample_from_distribution(p.row(i), u);
+            const Token y = specdec::coupled_draw(p.row(i), rng, position);
             if (i == d.size() || y != d.tokens[i]) return {i, y};
         }
     }
@@ -372,7 +371,7 @@ struct CoupledKeyedByStep {
 }  // namespace
 
 TEST_CASE("coupled sampling is exact at every draft position, with the transforms and draft lengths that change "
-          "from run to run, and emits the autoregressive decoder's tokens for each seed",
+          "from run to run, and emits for each seed the tokens of its run without drafts",
           "[exactness][decoder]") {
     struct Case {
         std::string name;
@@ -387,7 +386,7 @@ TEST_CASE("coupled sampling is exact at every draft position, with the transform
     };
     for (const Case& c : cases) {
         ToyLM target(exactness_target_options(c.vocab)), draft(exactness_draft_options(c.vocab));
-        ToyLM alone(exactness_target_options(c.vocab));
+        ToyLM alone_target(exactness_target_options(c.vocab)), alone_draft(exactness_draft_options(c.vocab));
         const ExactnessSetup setup{.name = c.name,
                                    .prompt = {1, 2},
                                    .vocab = c.vocab,
@@ -395,7 +394,7 @@ TEST_CASE("coupled sampling is exact at every draft position, with the transform
                                    .draft_tokens = c.k,
                                    .samples = kExactnessSamples,
                                    .target = reference_conditional(target, c.sampling)};
-        std::size_t samples = 0, same_as_autoregressive = 0;
+        std::size_t samples = 0, same_without_drafts = 0;
         const auto report = run_exactness(setup, [&](std::uint64_t seed) {
             const DecodingOptions options{.draft_tokens = c.vary_length ? 1 + seed % c.k : c.k,
                                           .sampling = c.sampling,
@@ -404,21 +403,24 @@ TEST_CASE("coupled sampling is exact at every draft position, with the transform
             specdec::SpeculativeDecoder<ToyLM, ToyLM, specdec::CoupledSampling, specdec::FixedLength> decoder(
                 specdec::target(target), specdec::draft(draft), options);
             const specdec::GenerationResult result = decoder.generate(setup.prompt);
-            specdec::AutoregressiveDecoder plain(alone, options);
+            DecodingOptions no_drafts = options;
+            no_drafts.drafting = specdec::Drafting::off;
+            specdec::SpeculativeDecoder<ToyLM, ToyLM, specdec::CoupledSampling, specdec::FixedLength> plain(
+                specdec::target(alone_target), specdec::draft(alone_draft), no_drafts);
             ++samples;
-            same_as_autoregressive += plain.generate(setup.prompt).tokens == result.tokens ? 1 : 0;
+            same_without_drafts += plain.generate(setup.prompt).tokens == result.tokens ? 1 : 0;
             return sampled_run(result);
         });
         check_exact(report, c.k);
-        CHECK(same_as_autoregressive == samples);
+        CHECK(same_without_drafts == samples);
     }
 }
 
-TEST_CASE("negative control: coupled sampling with one uniform per step instead of per position is caught",
+TEST_CASE("negative control: coupled sampling with one position's noise for a whole step is caught",
           "[exactness][decoder][negative-control]") {
     ToyLM target(exactness_target_options(3)), draft(exactness_draft_options(3));
     const SamplingOptions sampling{.temperature = 1.0};
-    const ExactnessSetup setup{.name = "coupled, one uniform per step",
+    const ExactnessSetup setup{.name = "coupled, one position's noise per step",
                                .prompt = {1, 2},
                                .vocab = 3,
                                .length = 5,

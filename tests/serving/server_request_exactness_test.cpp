@@ -5,7 +5,8 @@
 // request's rule and AutoBatchLength) beside batch mates, and read back from its
 // channel as the HTTP threads read it. The measured request is seeded at
 // T > 0, so it verifies with coupled sampling, at the policy's lengths up to
-// speculative.n_max = 4; its generated sequences of 5 tokens must follow the
+// speculative.n_max = 4 (and gives the tokens of its seed without drafts);
+// its generated sequences of 5 tokens must follow the
 // distribution the request's fields mean (temperature, top_k, repeat
 // penalty), computed by the harness's independent reference. The negative controls run the same path with the
 // parsed top_k dropped or the temperature left at its default (a parser
@@ -25,7 +26,7 @@
 #include "server/engine.hpp"
 #include "server/metrics.hpp"
 #include "server/request.hpp"
-#include "specdec/decoding/autoregressive_decoder.hpp"
+#include "specdec/decoding/speculative_decoder.hpp"
 #include "specdec/decoding/batched_decoder.hpp"
 #include "support/catch.hpp"
 #include "support/exactness_harness.hpp"
@@ -125,7 +126,7 @@ specdec::test::ExactnessReport run_through_engine(const std::string& name,
                                               .first_seed = 52000,
                                               .target = specdec::test::reference_conditional(reference, measured_sampling())};
     std::size_t mates_finished = 0, same_as_plain = 0;
-    ToyLM alone(target_options());
+    ToyLM alone_target(target_options()), alone_draft(draft_options());
     const specdec::test::ExactnessReport report = specdec::test::run_exactness(setup, [&](std::uint64_t seed) {
         std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull);
         std::vector<std::shared_ptr<Channel>> mates;
@@ -134,7 +135,10 @@ specdec::test::ExactnessReport run_through_engine(const std::string& name,
         specdec::server::ParsedRequest parsed =
             specdec::server::parse_request(measured_body(seed), specdec::server::Endpoint::completions, kLimits);
         if (edit != nullptr) edit(parsed);
-        specdec::AutoregressiveDecoder plain(alone, parsed.options);
+        specdec::DecodingOptions no_drafts = parsed.options;
+        no_drafts.drafting = specdec::Drafting::off;
+        specdec::SpeculativeDecoder<ToyLM, ToyLM, specdec::CoupledSampling, specdec::FixedLength> plain(
+            specdec::target(alone_target), specdec::draft(alone_draft), no_drafts);
         const std::vector<Token> plain_tokens = plain.generate(parsed.prompt_tokens).tokens;
         const std::shared_ptr<Channel> measured = enqueue(engine, std::move(parsed));
         mates.push_back(enqueue(engine, specdec::server::parse_request(mate_body(rng), specdec::server::Endpoint::completions, kLimits)));
@@ -142,7 +146,7 @@ specdec::test::ExactnessReport run_through_engine(const std::string& name,
         INFO(result.error);
         REQUIRE(result.status == RequestStatus::finished);
         REQUIRE(result.generation.tokens.size() == kLength);
-        // A seeded request's tokens are plain sampling's for its seed.
+        // A seeded request's tokens are those of its seed without drafts.
         if (result.generation.tokens == plain_tokens) ++same_as_plain;
         for (const std::shared_ptr<Channel>& mate : mates)
             if (wait_for(*mate).status == RequestStatus::finished) ++mates_finished;

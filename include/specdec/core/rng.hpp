@@ -26,16 +26,18 @@ enum class RandomPurpose : std::uint32_t {
     block_test = 4,     // block verification: uniform of draft `lane` of the step starting at this position
     tree_draft = 5,     // tree drafting: the draw of shape node `lane` of the step starting at this position
     tree_test = 6,      // tree verification: uniform of the test of node `lane` (its token is at this position)
+    coupled_block = 7,  // coupled draw: Gumbel noise of block `lane` at this position
+    coupled_token = 8,  // coupled draw: Gumbel noise of token `lane` at this position
 };
 
-// Which uniform a drafter draws draft i with. `own`: a stream of its own
+// How a drafter draws draft i. `own`: inverse CDF at a uniform of its own
 // (draft_sample, keyed by the step and i), which the token-wise and block
-// rules need: their tests must be independent of the drafts. `targets`: the
-// uniform the target samples the draft's position with (target_sample at
-// that position), which CoupledSampling needs: it keeps a draft iff the draft
-// is the target's own draw, so drafts drawn with the same uniform are kept
-// whenever the two distributions agree there.
-enum class DraftDraws : unsigned char { own, targets };
+// rules need: their tests must be independent of the drafts. `coupled`: the
+// coupled draw at the draft's position (sampling/coupled_draw.hpp), which
+// CoupledSampling needs: it keeps a draft iff the draft is the target's own
+// coupled draw, so drafts made with the same noise are kept whenever the
+// two distributions agree there.
+enum class DraftDraws : unsigned char { own, coupled };
 
 namespace detail {
 

@@ -137,14 +137,16 @@ public:
     LogitsView forward_alone() { return this->target_.forward(this->feed_); }
 
     // Verifies the drafts against `rows` (the feed's rows), or samples plainly
-    // when there are none, commits the verdict, and closes the step. Returns
-    // the drafts accepted; `done` is set when the request has ended.
+    // when there are none (but for a coupled rule, whose draw every step
+    // makes), commits the verdict, and closes the step. Returns the drafts
+    // accepted; `done` is set when the request has ended.
     template <class Rule>
     std::size_t verify_and_emit(StepRecord& step, const DraftProposal& draft, const LogitsView& rows, const Rule& rule,
                                 LazyDistributions& lazy, bool& done) {
         LogitsView processed;
-        const AcceptanceResult verdict = draft.size() == 0 ? this->sample_plain(step, rows, processed)
-                                                           : this->verify_chain(step, rows, draft, rule, lazy, processed);
+        const bool plain = draft.size() == 0 && draft_draws_for(rule) == DraftDraws::own;
+        const AcceptanceResult verdict = plain ? this->sample_plain(step, rows, processed)
+                                               : this->verify_chain(step, rows, draft, rule, lazy, processed);
         auto on_token = [this](Token token) { return stream ? stream(token) : true; };
         this->commit(step, draft.tokens, verdict, on_token, rows, processed);
         const StepResult closed = this->finish_step(step);

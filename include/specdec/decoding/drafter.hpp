@@ -64,8 +64,8 @@ struct DraftRequest {
     // most max(max_tokens, forced_limit) tokens in all. 0: none beyond max_tokens.
     std::size_t forced_limit = 0;
     std::span<const Token> end_tokens{};  // the stop tokens: no forced tokens past max_tokens after one
-    // Which uniform draws draft i (core/rng.hpp): `own` as above, or for
-    // CoupledSampling the target's uniform at its position, history.size() + i.
+    // How draft i is drawn (core/rng.hpp): `own` as above, or for
+    // CoupledSampling the coupled draw at its position, history.size() + i.
     DraftDraws draws = DraftDraws::own;
 };
 

@@ -15,6 +15,7 @@
 #include "specdec/decoding/draft_model_cache.hpp"
 #include "specdec/decoding/drafter.hpp"
 #include "specdec/decoding/forced_drafts.hpp"
+#include "specdec/sampling/coupled_draw.hpp"
 #include "specdec/sampling/logit_adjustments.hpp"
 #include "specdec/sampling/logits_processing.hpp"
 
@@ -51,10 +52,10 @@ inline bool draft_from_row(std::span<const float> row, const DraftRequest& reque
             proposal.probabilities.resize(i * vocab);
             return false;
         }
-        const double u = request.draws == DraftDraws::targets
-                             ? request.rng.uniform(step_key + i, RandomPurpose::target_sample)
-                             : request.rng.uniform(step_key, RandomPurpose::draft_sample, static_cast<std::uint32_t>(i));
-        token = sample_from_distribution(q, u);
+        token = request.draws == DraftDraws::coupled
+                    ? coupled_draw(q, request.rng, step_key + i)
+                    : sample_from_distribution(q, request.rng.uniform(step_key, RandomPurpose::draft_sample,
+                                                                      static_cast<std::uint32_t>(i)));
     } else {
         if (request.stop) {
             const float top = detail::softmax_normaliser(row, 1.0, "draft model", nullptr, step_key + i).scale;

@@ -17,6 +17,7 @@
 #include "specdec/core/rng.hpp"
 #include "specdec/core/types.hpp"
 #include "specdec/core/draft_proposal.hpp"
+#include "specdec/sampling/coupled_draw.hpp"
 #include "specdec/sampling/logits_processing.hpp"
 
 namespace specdec {
@@ -328,24 +329,25 @@ inline void check_rule_inputs(const DraftProposal& draft, const DistributionRows
     return {tau, detail::sample_residual(p.row(tau), draft, tau, v, weight)};
 }
 
-// Coupled sampling: the token at position t is the target's own draw
-// y_t = inverse CDF of p_t at u_t = uniform(t, target_sample), the very draw
-// plain autoregressive sampling makes there; drafts are kept while they equal
-// it, and the first that differs is replaced by it (after k kept drafts, y is
-// the bonus). The emitted tokens are therefore a function of the seed, the
-// prompt and the target alone: bitwise the autoregressive decoder's tokens
-// for that seed, whatever the drafts, the draft length or the batch. Exact for
-// any drafter (the drafts only decide how many positions one pass settles).
-// A draft is kept with probability P(F_q^-1(u) = F_p^-1(u)) when it is drawn
-// with the same u (DraftDraws::targets): high when q is close to p, below
-// token-wise rejection's sum min(p, q). The rule for seeded requests that must
-// repeat under an adaptive length policy.
+// Coupled sampling: the token at position t is the target's own coupled
+// draw y_t = coupled_draw(p_t, seed, t) (sampling/coupled_draw.hpp), whose
+// noise depends on the seed and t alone; drafts are kept while they equal it,
+// and the first that differs is replaced by it (after k kept drafts, y is the
+// bonus). A step of no drafts emits y_t too. The emitted tokens are therefore
+// a function of the seed, the prompt and the target alone: the same, bitwise
+// on the CPU rows, whatever the drafts, the draft lengths (none included) or
+// the batch. Exact for any drafter: the drafts only decide how many positions
+// one pass settles. A draft made by the same draw from q (DraftDraws::coupled)
+// is kept with the Gumbel coupling's probability, at least (1 - d) / (1 + d)
+// for the total variation d between p and q, below token-wise rejection's
+// 1 - d. The rule for seeded requests that must repeat under an adaptive
+// length policy.
 [[nodiscard]] inline AcceptanceResult accept_coupled(const DraftProposal& draft, DistributionRows p,
                                                      const CounterRng& rng, std::uint64_t first_position) {
     detail::check_rule_inputs(draft, p);
     const std::size_t k = draft.size();
     for (std::size_t i = 0;; ++i) {
-        const Token y = sample_from_distribution(p.row(i), rng.uniform(first_position + i, RandomPurpose::target_sample));
+        const Token y = coupled_draw(p.row(i), rng, first_position + i);
         if (i == k || y != draft.tokens[i]) return {i, y};
     }
 }
@@ -390,9 +392,10 @@ struct BlockVerification {
 };
 
 // accept_coupled: a seeded run's tokens independent of every length decision.
-// Its drafts must be drawn with the target's uniforms (draft_draws()).
+// Its drafts are best made by the coupled draw (draft_draws()), and a step of
+// no drafts is its own draw too (the decoders ask the rule then).
 struct CoupledSampling {
-    [[nodiscard]] static constexpr DraftDraws draft_draws() { return DraftDraws::targets; }
+    [[nodiscard]] static constexpr DraftDraws draft_draws() { return DraftDraws::coupled; }
     AcceptanceResult operator()(const DraftProposal& draft, DistributionRows p, const CounterRng& rng,
                                 std::uint64_t first_position) const {
         return accept_coupled(draft, p, rng, first_position);
@@ -404,7 +407,7 @@ struct CoupledSampling {
 struct ChosenRule {
     enum class Kind { tokenwise, block, coupled };
     Kind kind = Kind::tokenwise;
-    [[nodiscard]] DraftDraws draft_draws() const { return kind == Kind::coupled ? DraftDraws::targets : DraftDraws::own; }
+    [[nodiscard]] DraftDraws draft_draws() const { return kind == Kind::coupled ? DraftDraws::coupled : DraftDraws::own; }
     AcceptanceResult operator()(const DraftProposal& draft, DistributionRows p, const CounterRng& rng,
                                 std::uint64_t first_position) const {
         switch (kind) {

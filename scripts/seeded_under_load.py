@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
-"""Seeded sampled requests under load: what their fixed draft length costs.
+"""Seeded sampled requests under load against plain decoding and unseeded ones.
 
-    scripts/seeded_draft_ab.py --server build/tools/specdec-server --target T.gguf --draft D.gguf
-        [--batch 1,4,16] [--rounds 3] [--lengths 3,1] [--threads 2] [--new-tokens 64]
+    scripts/seeded_under_load.py --server build/tools/specdec-server --target T.gguf --draft D.gguf
+        [--batch 1,4,16] [--rounds 3] [--threads 2] [--new-tokens 64]
 
-A seeded request at temperature > 0 drafts a fixed length every step, so that
-its tokens do not depend on the load (docs/serving.md). Per concurrency B, a
-server with B slots (restarted for every run) serves 2 x B streamed requests
-of 16 prompt tokens at T = 1, in modes taking turns round by round:
+A seeded request at temperature > 0 verifies with coupled sampling, at the
+length policy's lengths, so that its tokens do not depend on the load
+(docs/serving.md). Per concurrency B, a server with B slots (restarted for
+every run) serves 2 x B streamed requests of 16 prompt tokens at T = 1, in
+modes taking turns round by round:
   off          speculative.n_max 0 (plain decoding)
-  seeded       a seed, no speculative.n_max (the server's --seeded-draft)
-  seeded<N>    a seed and speculative.n_max N, for each N of --lengths
-  unseeded     no seed (AutoBatchLength chooses)
+  seeded       a seed (coupled sampling, AutoBatchLength's lengths)
+  unseeded     no seed (token-wise rejection, AutoBatchLength's lengths)
 Prints each mode's total tokens/s at the client (median over rounds, the
 rounds, the ratio to off).
 """
@@ -32,10 +32,8 @@ def run(args, batch, mode, prompts):
     try:
         def one(i):
             body = {"prompt": prompts[i], "max_tokens": args.new_tokens, "temperature": 1.0, "ignore_eos": True}
-            if mode.startswith("seeded"):
+            if mode == "seeded":
                 body["seed"] = 1 + i
-            if mode.startswith("seeded") and mode != "seeded":
-                body["speculative.n_max"] = int(mode[len("seeded"):])
             if mode == "off":
                 body["speculative.n_max"] = 0
             return stream(server.port, "/v1/completions", body)
@@ -58,11 +56,10 @@ def main():
     parser.add_argument("--draft", required=True)
     parser.add_argument("--batch", default="1,4,16")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--lengths", default="3,1", help="fixed lengths a seeded request asks for (speculative.n_max)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--new-tokens", type=int, default=64)
     args = parser.parse_args()
-    modes = ["off", "seeded"] + [f"seeded{int(n)}" for n in args.lengths.split(",") if n] + ["unseeded"]
+    modes = ["off", "seeded", "unseeded"]
     rng = random.Random(42)
     for batch in [int(b) for b in args.batch.split(",")]:
         prompts = [[rng.randrange(3, 1000) for _ in range(16)] for _ in range(2 * batch)]
