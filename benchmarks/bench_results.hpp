@@ -225,9 +225,13 @@ struct TreeResult {
     std::optional<bool> greedy_match;
     std::optional<std::size_t> first_mismatch;
 
+    // Decoding after the prompt, as the chain rows (ConfigurationResult): the
+    // prefill is the same pass for both and would pull every ratio to 1.
+    [[nodiscard]] double autoregressive_tokens_per_second() const { return autoregressive.decode_tokens_per_second(); }
+    [[nodiscard]] double speculative_tokens_per_second() const { return speculative.decode_tokens_per_second(); }
     [[nodiscard]] double speedup() const {
-        const double baseline = autoregressive.tokens_per_second();
-        return baseline > 0.0 ? speculative.tokens_per_second() / baseline : 0.0;
+        const double baseline = autoregressive_tokens_per_second();
+        return baseline > 0.0 ? speculative_tokens_per_second() / baseline : 0.0;
     }
     [[nodiscard]] double slowest_repetition_speedup() const {
         return speedup_per_repetition.empty() ? 0.0 : *std::min_element(speedup_per_repetition.begin(), speedup_per_repetition.end());

@@ -344,7 +344,7 @@ inline void print_tree_table(std::ostream& out, const BenchReport& report, Repor
     for (const TreeResult& r : report.trees)
         table.rows.push_back({detail::format("%g", r.temperature), r.label, r.shape, detail::format("%.2f", r.nodes_per_pass()),
                               detail::format("%.2f", r.tokens_per_pass()),
-                              detail::format("%.1f", r.speculative.tokens_per_second()), detail::format("%.2fx", r.speedup()),
+                              detail::format("%.1f", r.speculative_tokens_per_second()), detail::format("%.2fx", r.speedup()),
                               detail::format("%.2f-%.2f", r.slowest_repetition_speedup(), r.fastest_repetition_speedup()),
                               detail::format("%.2fx", r.predicted_speedup), detail::format("%.2f", r.efficiency()),
                               detail::greedy_text(r.greedy_match)});

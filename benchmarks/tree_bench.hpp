@@ -84,9 +84,9 @@ template <class Draft, CausalLM Target>
                         speculative.reset();
                         const GenerationResult fast = speculative.generate(round_prompt);
                         result.speculative += fast.stats;
-                        if (baseline.stats.tokens_per_second() > 0.0)
-                            result.speedup_per_repetition.push_back(fast.stats.tokens_per_second() /
-                                                                    baseline.stats.tokens_per_second());
+                        if (baseline.stats.decode_tokens_per_second() > 0.0)
+                            result.speedup_per_repetition.push_back(fast.stats.decode_tokens_per_second() /
+                                                                    baseline.stats.decode_tokens_per_second());
                         if (temperature == 0.0) detail::check_greedy_match(result, baseline.tokens, fast.tokens);
                     }
                 };

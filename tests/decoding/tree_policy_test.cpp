@@ -167,8 +167,10 @@ TEST_CASE("AutoTree drafts its best chain while branching steps cost more than t
             CHECK(policy.tree_cost_correction() > 1.5 * policy.chain_cost_correction());
             CHECK(policy.trees_trail_chains());
             CHECK(policy.current_plan().shape.is_chain());
-            // Branching only in the warm-up, the explorations and the rival's steps (one in 16 each).
-            CHECK(costs.branching_steps <= 2 + 2 * (costs.steps / 16 + 1));
+            // Branching only in the warm-up, the explorations and the rival's
+            // steps: one in 16 each at first, then the rival at doubling
+            // intervals (16, 32, 64, ...) and no tree explorations.
+            CHECK(costs.branching_steps <= 2 + 2 * (costs.steps / 64 + 1) + 6);
         } else {
             CHECK_FALSE(policy.trees_trail_chains());
             CHECK_FALSE(policy.current_plan().shape.is_chain());
@@ -176,6 +178,35 @@ TEST_CASE("AutoTree drafts its best chain while branching steps cost more than t
         }
     }
     CHECK_THROWS_WITH(specdec::AutoTree({.realised_decay = 1.0}), Catch::Matchers::Contains("realised_decay"));
+}
+
+TEST_CASE("AutoTree tries a trailing tree ever more rarely (max_rival_every), and as often as it explores without "
+          "the back-off",
+          "[tree][policy]") {
+    const auto cheap = [](std::size_t n) { return 1.0 + 0.01 * static_cast<double>(n); };
+    std::size_t branching[2] = {0, 0}, steps[2] = {0, 0};
+    for (const std::size_t max_rival_every : {std::size_t{256}, std::size_t{16}}) {
+        specdec::AutoTree policy({.max_nodes = 16, .max_depth = 6, .max_rival_every = max_rival_every});
+        ToyLM target({.vocab = 12, .seed = 21, .sharpness = 1.0});
+        ToyLM draft({.vocab = 12, .seed = 21, .sharpness = 1.0, .noise_seed = 4, .noise = 0.9});
+        specdec::TreeSpeculativeDecoder<ToyLM, ToyLM, specdec::RecursiveRejection, FixedCostAutoTree> decoder(
+            specdec::target(target), specdec::draft(draft), {.sampling = {.temperature = 1.0}, .seed = 7, .max_new_tokens = 400},
+            FixedCostAutoTree{&policy, cheap, 1.5});
+        for (Token first = 1; first <= 5; ++first) (void)decoder.generate(std::vector<Token>{first, 2});
+        const std::size_t i = max_rival_every == 16 ? 1 : 0;
+        branching[i] = decoder.policy().branching_steps;
+        steps[i] = decoder.policy().steps;
+        CHECK(policy.trees_trail_chains());
+    }
+    INFO("branching steps of all: backing off " << branching[0] << " of " << steps[0] << ", every 16 steps "
+                                                << branching[1] << " of " << steps[1]);
+    REQUIRE(steps[0] > 400);
+    REQUIRE(steps[1] > 400);
+    // Without the back-off one rival in 16 steps; with it rivals 16, 32, 64,
+    // ... steps apart, the sequence starting again whenever the tree's price
+    // drifts back ahead and a tree plan runs (and shows it trails).
+    CHECK(branching[1] >= steps[1] / 16 - 2);
+    CHECK(branching[0] <= branching[1] / 2);
 }
 
 TEST_CASE("AutoTree stays exact: its shapes depend only on earlier steps", "[tree][policy][exactness]") {

@@ -29,8 +29,9 @@ struct ForcedDraftOptions {
 };
 
 // Who sets each step's draft length: the decoder's length policy; always
-// draft_tokens (what a seeded run at temperature > 0 needs to repeat bit for
-// bit under an adaptive policy, whose lengths follow measured timings); or
+// draft_tokens (so that a seeded run at temperature > 0 repeats bit for bit
+// under an adaptive policy, whose lengths follow measured timings, with a
+// rule whose tokens depend on the lengths: all but CoupledSampling); or
 // nobody (plain decoding, one target pass a token). SpeculativeDecoder and
 // BatchedDecoder (per request) honour all three; TreeSpeculativeDecoder takes
 // policy and off.

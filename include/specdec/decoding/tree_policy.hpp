@@ -186,7 +186,11 @@ struct TreePlan {
 // runs only while its corrected rate beats its best chain's; one step in
 // explore_every, half-way between explorations, drafts the rival (the chain
 // while the tree runs, the tree while the chain does) so that both
-// corrections stay current.
+// corrections stay current. While trees trail, each tree rival that still
+// trails doubles the interval to the next (up to max_rival_every) and the
+// explorations are deeper chains only: where trees do not pay (a CPU) the
+// policy then runs chains nearly all the time, and a tree that starts to pay
+// is still tried a few times per max_rival_every steps.
 // Shapes depend on measured times, so two runs with one seed may draft
 // differently (each run is still exact).
 class AutoTree {
@@ -205,6 +209,9 @@ public:
         // Weight of a step's realised and predicted seconds after each later
         // step of its kind (branching or chain); 0 turns the correction off.
         double realised_decay = 0.9;
+        // The longest interval between tree rivals while trees trail (see the
+        // class comment); explore_every or less: no backing off.
+        std::size_t max_rival_every = 256;
     };
 
     AutoTree() : AutoTree(Options{}) {}
@@ -244,8 +251,16 @@ public:
         // Half-way between explorations, a branching plan's rival runs (the
         // best chain, or the tree while chains lead), so that both
         // corrections stay current.
-        if (every > 0 && steps_ % every == every / 2 && !contest.tree.shape.is_chain())
-            return priced(contest.trees_trail ? contest.tree : contest.chain);
+        if (!contest.trees_trail) rival_interval_ = next_tree_rival_ = 0;
+        if (every > 0 && steps_ % every == every / 2 && !contest.tree.shape.is_chain()) {
+            if (!contest.trees_trail) return priced(contest.chain);
+            if (steps_ >= next_tree_rival_) {
+                const std::size_t longest = std::max(every, options_.max_rival_every);
+                rival_interval_ = rival_interval_ == 0 ? every : std::min(2 * rival_interval_, longest);
+                next_tree_rival_ = steps_ + rival_interval_;
+                return priced(contest.tree);
+            }
+        }
         if (every == 0 || steps_ % every != 0) return priced(last_plan_);
         // Explorations alternate. A chain one deeper than the plan: the
         // prices learn from chains only, and a width never timed is priced as
@@ -256,7 +271,7 @@ public:
         // larger pass.
         const TreeShape& planned = last_plan_.shape;
         const std::size_t deeper = std::min(depth, planned.depth() + 1);
-        if (explorations_++ % options_.deeper_chain_every == 0) {
+        if (explorations_++ % options_.deeper_chain_every == 0 || contest.trees_trail) {
             const TreeShape chain = TreeShape::chain(deeper);
             return priced(TreePlan{chain, 1.0, step_seconds(costs_, SingleSequenceRounds{}.of(deeper), deeper + 1)});
         }
@@ -370,6 +385,9 @@ private:
     CostCorrection chain_cost_, tree_cost_;
     double planned_seconds_ = 0.0;  // the price of the shape plan() last returned (0: unpriced)
     std::size_t explorations_ = 0;
+    // While trees trail: the interval to the next tree rival (0: none ran
+    // yet) and the step from which it may run.
+    std::size_t rival_interval_ = 0, next_tree_rival_ = 0;
 };
 
 }  // namespace specdec
