@@ -243,17 +243,28 @@ TEST_CASE("prompt lookup (point-mass drafts) is exact with all 8 draft positions
     }
 }
 
-TEST_CASE("negative control: a residual bug only at draft positions >= 2 is caught", "[exactness][decoder][negative-control]") {
+namespace {
+
+// A rule of the wrong kind through the harness at T = 1, vocabulary 3, k = 4:
+// 5-token sequences, so that the first step drafts every position.
+template <class Rule>
+specdec::test::ExactnessReport deep_rule_report(const std::string& name) {
     ToyLM target(exactness_target_options(3)), draft(exactness_draft_options(3));
     const SamplingOptions sampling{.temperature = 1.0};
-    const ExactnessSetup setup{.name = "residual from p at positions >= 2",
+    const ExactnessSetup setup{.name = name,
                                .prompt = {1, 2},
                                .vocab = 3,
                                .length = 5,
                                .draft_tokens = 4,
                                .samples = kExactnessSamples,
                                .target = reference_conditional(target, sampling)};
-    check_caught(run_exactness(setup, speculative_run<ResidualBugFromPosition2>(target, draft, 4, sampling, 5, setup.prompt)), 4);
+    return run_exactness(setup, speculative_run<Rule>(target, draft, 4, sampling, 5, setup.prompt));
+}
+
+}  // namespace
+
+TEST_CASE("negative control: a residual bug only at draft positions >= 2 is caught", "[exactness][decoder][negative-control]") {
+    check_caught(deep_rule_report<ResidualBugFromPosition2>("residual from p at positions >= 2"), 4);
 }
 
 TEST_CASE("negative control: a top-p boundary that drops the token crossing top_p is caught", "[exactness][decoder][negative-control][sampling]") {
@@ -418,14 +429,5 @@ TEST_CASE("coupled sampling is exact at every draft position, with the transform
 
 TEST_CASE("negative control: coupled sampling with one position's noise for a whole step is caught",
           "[exactness][decoder][negative-control]") {
-    ToyLM target(exactness_target_options(3)), draft(exactness_draft_options(3));
-    const SamplingOptions sampling{.temperature = 1.0};
-    const ExactnessSetup setup{.name = "coupled, one position's noise per step",
-                               .prompt = {1, 2},
-                               .vocab = 3,
-                               .length = 5,
-                               .draft_tokens = 4,
-                               .samples = kExactnessSamples,
-                               .target = reference_conditional(target, sampling)};
-    check_caught(run_exactness(setup, speculative_run<CoupledKeyedByStep>(target, draft, 4, sampling, 5, setup.prompt)), 4);
+    check_caught(deep_rule_report<CoupledKeyedByStep>("coupled, one position's noise per step"), 4);
 }

@@ -145,21 +145,34 @@ TEST_CASE("AutoTree learns a tree on cheap wide passes and a short chain on dear
     }
 }
 
+namespace {
+
+// A toy pair decoded under `policy` with cheap wide passes (the optimiser's
+// prices favour a bushy tree) and branching steps 1.5 dearer than their
+// price: `generations` runs of 400 tokens from the prompts {1, 2}, {2, 2},
+// ...; returns the cost model with its step counts.
+FixedCostAutoTree run_dear_branching(specdec::AutoTree& policy, std::size_t generations) {
+    const auto cheap = [](std::size_t n) { return 1.0 + 0.01 * static_cast<double>(n); };
+    ToyLM target({.vocab = 12, .seed = 21, .sharpness = 1.0});
+    ToyLM draft({.vocab = 12, .seed = 21, .sharpness = 1.0, .noise_seed = 4, .noise = 0.9});
+    specdec::TreeSpeculativeDecoder<ToyLM, ToyLM, specdec::RecursiveRejection, FixedCostAutoTree> decoder(
+        specdec::target(target), specdec::draft(draft), {.sampling = {.temperature = 1.0}, .seed = 7, .max_new_tokens = 400},
+        FixedCostAutoTree{&policy, cheap, 1.5});
+    for (std::size_t first = 1; first <= generations; ++first)
+        (void)decoder.generate(std::vector<Token>{static_cast<Token>(first), 2});
+    return decoder.policy();
+}
+
+}  // namespace
+
 TEST_CASE("AutoTree drafts its best chain while branching steps cost more than their price says", "[tree][policy]") {
     // Cheap wide passes: the optimiser's prices favour a bushy tree (the case
     // above). A branching step costs 1.5 more than its passes, which the
     // prices never see: the correction from realised seconds must turn the
     // policy to chains, and with the correction off it keeps drafting trees.
-    const auto cheap = [](std::size_t n) { return 1.0 + 0.01 * static_cast<double>(n); };
     for (const double realised_decay : {0.9, 0.0}) {
         specdec::AutoTree policy({.max_nodes = 16, .max_depth = 6, .realised_decay = realised_decay});
-        ToyLM target({.vocab = 12, .seed = 21, .sharpness = 1.0});
-        ToyLM draft({.vocab = 12, .seed = 21, .sharpness = 1.0, .noise_seed = 4, .noise = 0.9});
-        specdec::TreeSpeculativeDecoder<ToyLM, ToyLM, specdec::RecursiveRejection, FixedCostAutoTree> decoder(
-            specdec::target(target), specdec::draft(draft), {.sampling = {.temperature = 1.0}, .seed = 7, .max_new_tokens = 400},
-            FixedCostAutoTree{&policy, cheap, 1.5});
-        (void)decoder.generate(std::vector<Token>{1, 2});
-        const FixedCostAutoTree& costs = decoder.policy();
+        const FixedCostAutoTree costs = run_dear_branching(policy, 1);
         INFO("realised_decay " << realised_decay << ": " << costs.branching_steps << " branching steps of " << costs.steps
                                << ", plan " << policy.current_plan().shape.describe());
         REQUIRE(costs.steps > 50);
@@ -183,19 +196,13 @@ TEST_CASE("AutoTree drafts its best chain while branching steps cost more than t
 TEST_CASE("AutoTree tries a trailing tree ever more rarely (max_rival_every), and as often as it explores without "
           "the back-off",
           "[tree][policy]") {
-    const auto cheap = [](std::size_t n) { return 1.0 + 0.01 * static_cast<double>(n); };
     std::size_t branching[2] = {0, 0}, steps[2] = {0, 0};
     for (const std::size_t max_rival_every : {std::size_t{256}, std::size_t{16}}) {
         specdec::AutoTree policy({.max_nodes = 16, .max_depth = 6, .max_rival_every = max_rival_every});
-        ToyLM target({.vocab = 12, .seed = 21, .sharpness = 1.0});
-        ToyLM draft({.vocab = 12, .seed = 21, .sharpness = 1.0, .noise_seed = 4, .noise = 0.9});
-        specdec::TreeSpeculativeDecoder<ToyLM, ToyLM, specdec::RecursiveRejection, FixedCostAutoTree> decoder(
-            specdec::target(target), specdec::draft(draft), {.sampling = {.temperature = 1.0}, .seed = 7, .max_new_tokens = 400},
-            FixedCostAutoTree{&policy, cheap, 1.5});
-        for (Token first = 1; first <= 5; ++first) (void)decoder.generate(std::vector<Token>{first, 2});
+        const FixedCostAutoTree costs = run_dear_branching(policy, 5);
         const std::size_t i = max_rival_every == 16 ? 1 : 0;
-        branching[i] = decoder.policy().branching_steps;
-        steps[i] = decoder.policy().steps;
+        branching[i] = costs.branching_steps;
+        steps[i] = costs.steps;
         CHECK(policy.trees_trail_chains());
     }
     INFO("branching steps of all: backing off " << branching[0] << " of " << steps[0] << ", every 16 steps "
