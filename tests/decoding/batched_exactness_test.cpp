@@ -609,9 +609,11 @@ TEST_CASE("a coupled request among token-wise mates under AutoBatchLength is exa
     ScenarioCounts counts;
     std::size_t same_without_drafts = 0;
     const DecodingOptions measured{.draft_tokens = k, .sampling = sampling, .max_new_tokens = setup.length};
+    // One policy over every sample, on the fixed cost model (ScriptedCosts):
+    // the same lengths in every run.
+    specdec::AutoBatchLength policy = deep_auto_policy(k);
     const auto report = run_exactness(setup, [&](std::uint64_t seed) {
-        MixedRules<specdec::AutoBatchLength> decoder(target, draft, specdec::ChosenRule::Kind::coupled,
-                                                     deep_auto_policy(k));
+        MixedRules<ScriptedCosts> decoder(target, draft, specdec::ChosenRule::Kind::coupled, ScriptedCosts{&policy});
         SampledRun run = run_with_mates(decoder, kPrompt, measured, seed, counts);
         DecodingOptions no_drafts = measured;
         no_drafts.seed = seed;
@@ -630,6 +632,8 @@ TEST_CASE("a coupled request among token-wise mates under AutoBatchLength is exa
     std::size_t lengths_used = 0;
     for (const std::size_t steps : counts.lengths) lengths_used += steps > 0 ? 1 : 0;
     CHECK(lengths_used >= 3);
+    REQUIRE(counts.lengths.size() == k + 1);
+    CHECK(counts.lengths[k] > 0);
 }
 
 TEST_CASE("batched prompt lookup is exact per request among batch mates, all 8 draft positions reached",
