@@ -4,8 +4,8 @@
 // what a batched step keeps of a request while it runs (ActiveRequest).
 //
 // The slot runs the chain pieces of the session (draft_cap, check_proposal,
-// verify_chain or sample_plain, commit) exactly as SpeculativeDecoder and
-// AutoregressiveDecoder do; only its pass is shared with the other slots.
+// verify_chain, commit) exactly as SpeculativeDecoder does; only its pass is
+// shared with the other slots.
 #include <chrono>
 #include <concepts>
 #include <cstddef>
@@ -136,17 +136,16 @@ public:
     // The feed through the slot alone (a model of one sequence).
     LogitsView forward_alone() { return this->target_.forward(this->feed_); }
 
-    // Verifies the drafts against `rows` (the feed's rows), or samples plainly
-    // when there are none (but for a coupled rule, whose draw every step
-    // makes), commits the verdict, and closes the step. Returns the drafts
+    // Verifies the drafts against `rows` (the feed's rows) by the request's
+    // rule, commits the verdict, and closes the step. With no drafts the rule
+    // samples the next token itself, as in SpeculativeDecoder::step, so a
+    // coupled rule makes its own draw every step. Returns the drafts
     // accepted; `done` is set when the request has ended.
     template <class Rule>
     std::size_t verify_and_emit(StepRecord& step, const DraftProposal& draft, const LogitsView& rows, const Rule& rule,
                                 LazyDistributions& lazy, bool& done) {
         LogitsView processed;
-        const bool plain = draft.size() == 0 && draft_draws_for(rule) == DraftDraws::own;
-        const AcceptanceResult verdict = plain ? this->sample_plain(step, rows, processed)
-                                               : this->verify_chain(step, rows, draft, rule, lazy, processed);
+        const AcceptanceResult verdict = this->verify_chain(step, rows, draft, rule, lazy, processed);
         auto on_token = [this](Token token) { return stream ? stream(token) : true; };
         this->commit(step, draft.tokens, verdict, on_token, rows, processed);
         const StepResult closed = this->finish_step(step);

@@ -9,7 +9,8 @@
 //   ...check the proposal (a chain: check_proposal against draft_cap)...
 //   feed_pass(step, drafts);                     // feed_ = uncached suffix + drafts
 //   ...ONE target pass over feed_, then the rule (a chain on the host:
-//      verify_chain, or sample_plain at k = 0; a tree or the device: its own)...
+//      verify_chain, whose rule samples the next token itself at k = 0;
+//      sample_plain for a decoder with no rule; a tree or the device: its own)...
 //   commit(step, drafts, verdict, on_token, ...);  // a chain: truncate, emit, logprobs, tested counts
 //   (a tree: commit_tree, then emit(step, accepted drafts, next token, on_token))
 //   return finish_step(step, policy, outcome);           // total time, policy.observe
