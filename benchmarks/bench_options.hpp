@@ -22,6 +22,7 @@
 #include "../tools/engine_choice.hpp"
 #include "../tools/flag_table.hpp"
 #include "auto_variants.hpp"
+#include "tree_auto_variants.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/decoding/tree_shape.hpp"
 
@@ -60,6 +61,8 @@ struct RunChoices {
     std::vector<RuleChoice> rules{RuleChoice::tokenwise};  // block runs at T > 0 only
     std::vector<double> temperatures{0.0, 1.0};
     std::vector<std::string> trees{};       // token-tree rows: "auto" (AutoTree) and shapes such as "3x2x1"
+    // More AutoTree rows ("auto:NAME", after the --tree rows), settings changed.
+    std::vector<TreeAutoVariant> tree_auto_variants{};
     std::size_t tree_max_nodes = 24;        // the most nodes of the auto tree
     std::size_t new_tokens = 64;
     std::size_t repetitions = 2;
@@ -287,6 +290,16 @@ inline const std::vector<BenchFlag>& bench_flags() {
                  l.options.trees.emplace_back(item);
              }
          }},
+        {{"--tree-auto-variant"}, "NAME:KEY=VALUE,...",
+         "one more token-tree row \"auto:NAME\": AutoTree with these settings changed\n"
+         "(AutoTree::Options' names, e.g. norival:max_rival_every=16), on the same\n"
+         "prompts and seeds as the auto row: an A/B of a setting (repeatable)",
+         [](Line& l, V flag, V v) {
+             TreeAutoVariant variant = parse_tree_auto_variant(flag, v);
+             for (const TreeAutoVariant& other : l.options.tree_auto_variants)
+                 if (other.name == variant.name) throw UsageError(std::string(flag) + ": two variants named '" + variant.name + "'");
+             l.options.tree_auto_variants.push_back(std::move(variant));
+         }},
         {{"--tree-max-nodes"}, "N", "the most nodes of the auto tree (default 24)",
          [](Line& l, V f, V v) { l.options.tree_max_nodes = detail::parse_count(f, v, 1); }},
         {{"--temperatures", "--temperature"}, "LIST", "sampling temperatures, 0 = greedy (default 0,1; --batch: one, default 0)",
@@ -438,6 +451,8 @@ exit status: 0 success, 1 the library reported an error, 2 bad command line
     if (options.help) return options;
     if (repetitions_given && !time_budget_given) options.time_budget_seconds = 0.0;  // exactly N rounds
 
+    // The variants' rows follow the --tree rows, whatever the flags' order.
+    for (const TreeAutoVariant& variant : options.tree_auto_variants) options.trees.push_back("auto:" + variant.name);
     if (options.batch_sizes.empty() && !options.auto_variants.empty())
         throw UsageError("--auto-variant adds a variant to the --batch sweep; give --batch");
     if (!options.batch_sizes.empty()) {

@@ -487,7 +487,7 @@ template <class Draft, CausalLM Target>
     const bool trees = !inputs.settings.trees.empty() && kTreeCapable<Draft, Target>;
     if (trees)  // a fixed shape's prediction needs v of its width (a chain pass of as many tokens)
         for (const std::string& tree : inputs.settings.trees)
-            if (tree != "auto") lengths.push_back(TreeShape::parse(tree).size());
+            if (!is_auto_tree(tree)) lengths.push_back(TreeShape::parse(tree).size());
     std::sort(lengths.begin(), lengths.end());
     lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
     // c and v_k: one round of cost samples after each round of generations
@@ -511,7 +511,8 @@ template <class Draft, CausalLM Target>
                                                inputs.settings.new_tokens,
                                                // as many as the chain rows ran (within a time budget)
                                                report.repetitions,
-                                               inputs.settings.seed, report.costs, inputs.settings.repetition_prompts);
+                                               inputs.settings.seed, report.costs, inputs.settings.repetition_prompts,
+                                               inputs.settings.tree_auto_variants);
     } else if (!inputs.settings.trees.empty()) {
         report.trees_skipped = "the target or the draft has no tree pass (specdec::TreeLM)";
     }

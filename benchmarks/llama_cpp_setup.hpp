@@ -82,7 +82,9 @@ namespace detail {
     // --tree rows: a tree never has more leaves than nodes.
     for (const std::string& tree : options.trees)
         model_options.tree_leaves =
-            std::max(model_options.tree_leaves, tree == "auto" ? options.tree_max_nodes : TreeShape::parse(tree).size());
+            std::max(model_options.tree_leaves, is_auto_tree(tree) ? options.tree_max_nodes : TreeShape::parse(tree).size());
+    for (const TreeAutoVariant& variant : options.tree_auto_variants)
+        if (variant.max_nodes_given) model_options.tree_leaves = std::max(model_options.tree_leaves, variant.options.max_nodes);
 
     setup.target = std::make_unique<LlamaCppModel>(LlamaCppModel::from_gguf(*options.target_path, model_options));
     setup.target_info = detail::describe_llama_cpp(*setup.target, *options.target_path);

@@ -212,6 +212,8 @@ inline void require_cuda_synthetic_draft(const BenchOptions& options) {
     std::size_t drafts = options.draft_tokens.empty() ? 1 : *std::max_element(options.draft_tokens.begin(), options.draft_tokens.end());
     if (options.auto_length) drafts = std::max(drafts, options.auto_max_draft_tokens);
     if (!options.trees.empty()) drafts = std::max(drafts, options.tree_max_nodes);
+    for (const TreeAutoVariant& variant : options.tree_auto_variants)
+        if (variant.max_nodes_given) drafts = std::max(drafts, variant.options.max_nodes);
     return drafts + 1;
 }
 

@@ -387,6 +387,18 @@ inline void print_tree_table(std::ostream& out, const BenchReport& report, Repor
             text += detail::format(", best chain k=%s %.2fx: tree/chain %.2f", best_chain->label().c_str(),
                                    best_chain->speedup(), best_tree->speedup() / best_chain->speedup());
         out << detail::wrap(text, 4);
+        // Each --tree-auto-variant against the default auto row: the A/B of its settings.
+        const TreeResult* automatic = nullptr;
+        for (const TreeResult& r : report.trees)
+            if (r.temperature == t && r.label == "auto") automatic = &r;
+        for (const TreeResult& r : report.trees) {
+            if (r.temperature != t || !r.label.starts_with("auto:") || automatic == nullptr || automatic->speedup() <= 0.0)
+                continue;
+            out << detail::wrap(detail::format("%s / auto at T=%g: %.2f (%s against %s)", r.label.c_str(), t,
+                                               r.speedup() / automatic->speedup(), r.shape.c_str(),
+                                               automatic->shape.c_str()),
+                                4);
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 #pragma once
-// The --tree rows of specdec-bench: for each temperature and tree ("auto" or a
-// fixed shape), interleaved autoregressive / tree-speculative generations of
+// The --tree rows of specdec-bench: for each temperature and tree ("auto",
+// "auto:NAME" for a --tree-auto-variant, or a fixed shape), interleaved autoregressive / tree-speculative generations of
 // the same prompt and seed, as run_configurations() does for chains.
 #include <algorithm>
 #include <cstddef>
@@ -13,6 +13,7 @@
 #include "specdec/specdec.hpp"
 
 #include "bench_results.hpp"
+#include "tree_auto_variants.hpp"
 
 namespace specdec::bench {
 
@@ -56,7 +57,8 @@ template <class Draft, CausalLM Target>
                                                               const std::vector<double>& temperatures,
                                                               std::size_t new_tokens, std::size_t repetitions,
                                                               std::uint64_t seed, const CostMeasurement& costs,
-                                                              std::span<const std::vector<Token>> repetition_prompts = {}) {
+                                                              std::span<const std::vector<Token>> repetition_prompts = {},
+                                                              std::span<const TreeAutoVariant> auto_variants = {}) {
     std::vector<TreeResult> results;
     if constexpr (kTreeCapable<Draft, Target>) {
         for (const double temperature : temperatures) {
@@ -65,8 +67,19 @@ template <class Draft, CausalLM Target>
                 result.temperature = temperature;
                 result.label = tree;
                 result.repetitions = repetitions;
-                const bool automatic = tree == "auto";
-                AutoTree auto_policy(AutoTree::Options{.max_nodes = tree_max_nodes});
+                const bool automatic = is_auto_tree(tree);
+                AutoTree::Options auto_options{.max_nodes = tree_max_nodes};
+                if (tree != "auto") {  // "auto:NAME": that --tree-auto-variant's settings
+                    const auto variant = std::find_if(auto_variants.begin(), auto_variants.end(), [&](const TreeAutoVariant& v) {
+                        return tree == "auto:" + v.name;
+                    });
+                    if (automatic && variant == auto_variants.end()) throw Error("no --tree-auto-variant named by tree row " + tree);
+                    if (variant != auto_variants.end()) {
+                        auto_options = variant->options;
+                        if (!variant->max_nodes_given) auto_options.max_nodes = tree_max_nodes;
+                    }
+                }
+                AutoTree auto_policy(auto_options);
                 FixedTree fixed_policy{automatic ? TreeShape() : TreeShape::parse(tree)};
                 auto run = [&](auto& policy) {
                     using Policy = std::remove_reference_t<decltype(policy)>;

@@ -27,6 +27,80 @@ TEST_CASE("the tree option takes auto and shapes, and refuses a malformed shape"
     CHECK(specdec::bench::parse_options(std::vector<std::string_view>{}).trees.empty());
 }
 
+TEST_CASE("a tree auto variant adds an auto:NAME row after the --tree rows with its settings", "[bench][cli][tree]") {
+    // The variant's row follows the --tree rows whichever flag comes first.
+    const std::vector<std::string_view> arguments{"--tree-auto-variant", "norival:max_rival_every=16,realised_decay=0",
+                                                  "--tree", "auto,2x1"};
+    const auto options = specdec::bench::parse_options(arguments);
+    CHECK(options.trees == std::vector<std::string>{"auto", "2x1", "auto:norival"});
+    REQUIRE(options.tree_auto_variants.size() == 1);
+    CHECK(options.tree_auto_variants[0].options.max_rival_every == 16);
+    CHECK(options.tree_auto_variants[0].options.realised_decay == 0.0);
+    CHECK_FALSE(options.tree_auto_variants[0].max_nodes_given);
+
+    const std::vector<std::vector<std::string_view>> bad{
+        {"--tree-auto-variant", "a"},
+        {"--tree-auto-variant", ":decay=0.5"},
+        {"--tree-auto-variant", "a:decay"},
+        {"--tree-auto-variant", "a:no_such_setting=1"},
+        {"--tree-auto-variant", "a:decay=0"},             // AutoTree's own check: decay in (0, 1]
+        {"--tree-auto-variant", "a:realised_decay=1"},    // [0, 1)
+        {"--tree-auto-variant", "a:deeper_chain_every=0"},
+        {"--tree-auto-variant", "a:decay=0.5", "--tree-auto-variant", "a:decay=0.9"},
+    };
+    for (const auto& flags : bad) {
+        std::string joined;
+        for (const std::string_view a : flags) joined += std::string(a) + " ";
+        INFO(joined);
+        CHECK_THROWS_AS(specdec::bench::parse_options(flags), specdec::bench::UsageError);
+    }
+}
+
+TEST_CASE("an auto variant's row runs AutoTree with its settings and is reported against auto", "[bench][tree]") {
+    ToyLM target({.vocab = 16, .seed = 21, .sharpness = 1.0});
+    ToyLM draft({.vocab = 16, .seed = 21, .sharpness = 1.0, .noise_seed = 4, .noise = 0.5});
+    const std::vector<Token> prompt{1, 2, 3};
+    specdec::bench::CostMeasurement costs;
+    costs.target_step_seconds = 1.0;
+    costs.draft_step_seconds = 0.1;
+    // A variant that can only draft chains of one: its rows show it.
+    specdec::bench::TreeAutoVariant shallow{"shallow", {}};
+    shallow.options.max_depth = 1;
+    shallow.options.max_nodes = 1;
+    shallow.max_nodes_given = true;
+    shallow.options.warmup_steps = 0;
+    shallow.options.explore_every = 0;  // explorations would try wider trees
+    const std::vector<specdec::bench::TreeAutoVariant> variants{shallow};
+    const auto rows = specdec::bench::run_tree_configurations(draft, target, prompt, {"auto", "auto:shallow"}, 12, {0.0},
+                                                              40, 2, 7, costs, {}, variants);
+    REQUIRE(rows.size() == 2);
+    CHECK(rows[1].label == "auto:shallow");
+    // Whether any node but the first child of the root was ever tested: the
+    // default's warm-up tree (2x2x1) tests one in its first step; the
+    // variant's trees hold one node.
+    const auto tested_beyond_first = [](const specdec::bench::TreeResult& row) {
+        const auto& tested = row.speculative.tested_at_depth_rank;
+        for (std::size_t d = 0; d < tested.size(); ++d)
+            for (std::size_t r = 0; r < tested[d].size(); ++r)
+                if ((d > 0 || r > 0) && tested[d][r] > 0) return true;
+        return false;
+    };
+    CHECK(tested_beyond_first(rows[0]));
+    CHECK_FALSE(tested_beyond_first(rows[1]));
+    CHECK(rows[1].nodes_per_pass() <= 1.0);
+    CHECK(rows[1].greedy_match == std::optional<bool>(true));
+
+    specdec::bench::BenchReport report;
+    report.trees = rows;
+    std::ostringstream table;
+    specdec::bench::print_tree_table(table, report);
+    CHECK(table.str().find("auto:shallow / auto at T=0: ") != std::string::npos);
+    // A row naming no variant is an error, not a default AutoTree.
+    CHECK_THROWS_AS(specdec::bench::run_tree_configurations(draft, target, prompt, {"auto:missing"}, 12, {0.0}, 8, 1, 7,
+                                                            costs),
+                    specdec::Error);
+}
+
 TEST_CASE("tree rows run interleaved with autoregressive decoding and report shape, nodes, speedup and prediction", "[bench][tree]") {
     ToyLM target({.vocab = 16, .seed = 21, .sharpness = 1.0});
     ToyLM draft({.vocab = 16, .seed = 21, .sharpness = 1.0, .noise_seed = 4, .noise = 0.5});
