@@ -64,7 +64,6 @@ struct Options {
     std::size_t timeout = 600;
     std::size_t prefill_chunk = 512;
     bool warm_up = true;
-    std::size_t warmup_steps = 16;
     std::string host = "127.0.0.1", api_key;
     int port = 8080;
     specdec::cli::Engine engine = specdec::cli::Engine::specdec;
@@ -127,12 +126,8 @@ const std::vector<Flag>& server_flags() {
          [](Options& o, V f, V v) { o.timeout = parse_count(f, v, 1); }},
         {{"--max-body"}, "BYTES", "largest request body; beyond: 413 (default 1048576)",
          [](Options& o, V f, V v) { o.max_body = parse_count(f, v, 1); }},
-        {{"--no-warmup"}, "", "skip the warm-up before serving (a request through both models, then the policy's steps)",
+        {{"--no-warmup"}, "", "skip the warm-up request through both models before serving",
          [](Options& o, V, V) { o.warm_up = false; }},
-        {{"--warmup-steps"}, "N",
-         "steps of the warm-up with a request in every slot, under the length policy, so that its first\n"
-         "timings and probes are not paid by the first clients (default 16; 0: the one request only)",
-         [](Options& o, V f, V v) { o.warmup_steps = parse_count(f, v); }},
         {{"-h", "--help"}, "", "this help", [](Options& o, V, V) { o.help = true; }},
     };
     return flags;
@@ -341,7 +336,7 @@ public:
             throw specdec::Error("cannot listen on " + options_.host + ":" + std::to_string(port));
         }
         if (listener_ != INVALID_SOCKET) ::listen(listener_, SOMAXCONN);
-        if (options_.warm_up) engine_.warm_up(options_.warmup_steps, options_.draft_max);
+        if (options_.warm_up) engine_.warm_up();
         metrics_.reset();  // the warm-up is no request of a client's
         std::printf("specdec-server: %s, %zu slots of %zu tokens; listening on http://%s:%d\n", model_name_.c_str(),
                     engine_.slots(), limits_.context, options_.host.c_str(), port);

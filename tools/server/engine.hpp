@@ -25,7 +25,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <span>
 #include <string>
 #include <thread>
@@ -137,7 +136,7 @@ public:
         : decoder_(specdec::target(target), specdec::draft(draft),
                    BatchOptions{.max_sequences = slots, .prefill_chunk = prefill_chunk}, ChosenRule{},
                    std::move(policy)),
-          metrics_(&metrics), vocab_(target.vocab_size()), context_(target.context_length()) {}
+          metrics_(&metrics) {}
 
     // The decoding loop, on the calling thread, until stop(); then it ends
     // what still runs and refuses what waits.
@@ -164,38 +163,13 @@ public:
     // Runs one short request through both models before the server takes
     // requests (as llama-server's warm-up does): a model's first passes pay
     // one-time costs (buffers, kernels' first touch) a client should not.
-    // Then, for policy_steps steps, one request per slot under the length
-    // policy (drafting at most draft_tokens), so that the policy's own
-    // warm-up (steps that time passes and drafts at several widths before it
-    // plans) runs here rather than in the first clients' steps. What it
-    // learns of acceptance from these seeded prompts fades within about 50
-    // steps of real requests (AutoBatchOptions::decay).
     // On the thread that will call run(), before it.
-    void warm_up(std::size_t policy_steps = 0, std::size_t draft_tokens = 8) {
+    void warm_up() {
         const std::vector<Token> prompt(4, 0);
         decoder_.submit(prompt, DecodingOptions{.draft_tokens = 2, .max_new_tokens = 4, .drafting = Drafting::fixed});
         while (!decoder_.idle()) decoder_.step();
         (void)decoder_.take_finished();
-        // A short prompt (the warm-up times decoding steps) that leaves most
-        // of a small context to them.
-        const std::size_t prompt_tokens = std::min(kWarmUpPromptTokens, context_ / 4);
-        if (policy_steps == 0 || draft_tokens == 0 || prompt_tokens == 0) return;
-        std::mt19937_64 ids(1);  // the same prompts at every start
-        std::vector<RequestId> requests;
-        for (std::size_t slot = 0; slot < decoder_.slots(); ++slot) {
-            std::vector<Token> slot_prompt(prompt_tokens);
-            for (Token& token : slot_prompt) token = static_cast<Token>(ids() % vocab_);
-            requests.push_back(decoder_.submit(slot_prompt, DecodingOptions{.draft_tokens = draft_tokens,
-                                                                            .max_new_tokens = 2 * policy_steps,
-                                                                            .drafting = Drafting::policy}));
-        }
-        for (std::size_t step = 0; step < policy_steps && !decoder_.idle(); ++step) decoder_.step();
-        for (const RequestId id : requests) decoder_.cancel(id);
-        while (!decoder_.idle()) decoder_.step();
-        (void)decoder_.take_finished();
     }
-    // What the length policy has learned (for tests and reports).
-    [[nodiscard]] const AutoBatchLength& policy() const { return decoder_.policy(); }
     ~Engine() = default;
     Engine(const Engine&) = delete;
     Engine& operator=(const Engine&) = delete;
@@ -347,11 +321,8 @@ private:
         --outstanding_;
     }
 
-    static constexpr std::size_t kWarmUpPromptTokens = 16;
-
     Decoder decoder_;
     Metrics* metrics_;
-    std::size_t vocab_, context_;
     std::unordered_map<RequestId, Live> live_;
     std::mutex mutex_;
     std::condition_variable wake_;
