@@ -262,7 +262,7 @@ def main():
     parser.add_argument("--draft", required=True)
     parser.add_argument("--specdec-server", default=None)
     parser.add_argument("--engines", default="specdec", help="specdec-server engines: specdec, llama.cpp or both")
-    parser.add_argument("--server-args", default="", help="more specdec-server flags, space-separated (e.g. '--warmup-steps 0')")
+    parser.add_argument("--server-args", default="", help="more specdec-server flags, space-separated (e.g. '--prefill-chunk 0')")
     parser.add_argument("--batch", default="1,2,4,8,16,32")
     parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("--threads", type=int, default=2)
