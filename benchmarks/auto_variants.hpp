@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -21,6 +22,34 @@ struct AutoVariant {
     std::string name;
     AutoBatchOptions options;
 };
+
+// A variant flag's text, "NAME:KEY=VALUE,KEY=VALUE", split (shared with
+// --tree-auto-variant, tree_auto_variants.hpp).
+struct VariantText {
+    std::string name;
+    std::vector<std::pair<std::string_view, std::string_view>> settings;  // key, value
+};
+[[nodiscard]] inline VariantText split_variant(std::string_view flag, std::string_view text) {
+    const std::size_t colon = text.find(':');
+    if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size())
+        throw cli::UsageError(std::string(flag) + ": expected NAME:KEY=VALUE[,KEY=VALUE...], got '" + std::string(text) + "'");
+    VariantText split{std::string(text.substr(0, colon)), {}};
+    for (const std::string_view item : cli::split_list(flag, text.substr(colon + 1))) {
+        const std::size_t equals = item.find('=');
+        if (equals == std::string_view::npos || equals == 0)
+            throw cli::UsageError(std::string(flag) + ": expected KEY=VALUE, got '" + std::string(item) + "'");
+        split.settings.emplace_back(item.substr(0, equals), item.substr(equals + 1));
+    }
+    return split;
+}
+
+// Appends a parsed variant to a flag's list; two of one name are an error.
+template <class Variant>
+void add_variant(std::string_view flag, std::vector<Variant>& variants, Variant variant) {
+    for (const Variant& other : variants)
+        if (other.name == variant.name) throw cli::UsageError(std::string(flag) + ": two variants named '" + variant.name + "'");
+    variants.push_back(std::move(variant));
+}
 
 namespace detail {
 
@@ -96,16 +125,9 @@ inline void set_auto_setting(std::string_view flag, AutoBatchOptions& options, s
 
 // "NAME:KEY=VALUE,KEY=VALUE": the default settings with those changed.
 [[nodiscard]] inline AutoVariant parse_auto_variant(std::string_view flag, std::string_view text) {
-    const std::size_t colon = text.find(':');
-    if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size())
-        throw cli::UsageError(std::string(flag) + ": expected NAME:KEY=VALUE[,KEY=VALUE...], got '" + std::string(text) + "'");
-    AutoVariant variant{std::string(text.substr(0, colon)), {}};
-    for (const std::string_view item : cli::split_list(flag, text.substr(colon + 1))) {
-        const std::size_t equals = item.find('=');
-        if (equals == std::string_view::npos || equals == 0)
-            throw cli::UsageError(std::string(flag) + ": expected KEY=VALUE, got '" + std::string(item) + "'");
-        detail::set_auto_setting(flag, variant.options, item.substr(0, equals), item.substr(equals + 1));
-    }
+    VariantText split = split_variant(flag, text);
+    AutoVariant variant{std::move(split.name), {}};
+    for (const auto& [key, value] : split.settings) detail::set_auto_setting(flag, variant.options, key, value);
     try {
         variant.options.check();
     } catch (const Error& e) {

@@ -294,12 +294,7 @@ inline const std::vector<BenchFlag>& bench_flags() {
          "one more token-tree row \"auto:NAME\": AutoTree with these settings changed\n"
          "(AutoTree::Options' names, e.g. norival:max_rival_every=16), on the same\n"
          "prompts and seeds as the auto row: an A/B of a setting (repeatable)",
-         [](Line& l, V flag, V v) {
-             TreeAutoVariant variant = parse_tree_auto_variant(flag, v);
-             for (const TreeAutoVariant& other : l.options.tree_auto_variants)
-                 if (other.name == variant.name) throw UsageError(std::string(flag) + ": two variants named '" + variant.name + "'");
-             l.options.tree_auto_variants.push_back(std::move(variant));
-         }},
+         [](Line& l, V flag, V v) { add_variant(flag, l.options.tree_auto_variants, parse_tree_auto_variant(flag, v)); }},
         {{"--tree-max-nodes"}, "N", "the most nodes of the auto tree (default 24)",
          [](Line& l, V f, V v) { l.options.tree_max_nodes = detail::parse_count(f, v, 1); }},
         {{"--temperatures", "--temperature"}, "LIST", "sampling temperatures, 0 = greedy (default 0,1; --batch: one, default 0)",
@@ -376,12 +371,7 @@ inline const std::vector<BenchFlag>& bench_flags() {
          "--batch: one more auto variant, AutoBatchLength with these settings changed\n"
          "(AutoBatchOptions' names, e.g. off-margin:draft_margin=1), stepping in turn\n"
          "with the others: an A/B of a setting in one process (repeatable)",
-         [](Line& l, V flag, V v) {
-             AutoVariant variant = parse_auto_variant(flag, v);
-             for (const AutoVariant& other : l.options.auto_variants)
-                 if (other.name == variant.name) throw UsageError(std::string(flag) + ": two variants named '" + variant.name + "'");
-             l.options.auto_variants.push_back(std::move(variant));
-         }},
+         [](Line& l, V flag, V v) { add_variant(flag, l.options.auto_variants, parse_auto_variant(flag, v)); }},
 
         {{"--verbose"}, "", "also print acceptance by draft position and where a step's time goes",
          [](Line& l, V, V) { l.options.verbose = true; }, "output"},

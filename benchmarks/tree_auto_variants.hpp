@@ -13,6 +13,7 @@
 #include "specdec/decoding/tree_policy.hpp"
 
 #include "../tools/flag_table.hpp"
+#include "auto_variants.hpp"
 
 namespace specdec::bench {
 
@@ -55,15 +56,9 @@ inline std::string tree_auto_setting_names() {
 
 // "NAME:KEY=VALUE,KEY=VALUE": AutoTree's default settings with those changed.
 [[nodiscard]] inline TreeAutoVariant parse_tree_auto_variant(std::string_view flag, std::string_view text) {
-    const std::size_t colon = text.find(':');
-    if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size())
-        throw cli::UsageError(std::string(flag) + ": expected NAME:KEY=VALUE[,KEY=VALUE...], got '" + std::string(text) + "'");
-    TreeAutoVariant variant{std::string(text.substr(0, colon)), {}};
-    for (const std::string_view item : cli::split_list(flag, text.substr(colon + 1))) {
-        const std::size_t equals = item.find('=');
-        if (equals == std::string_view::npos || equals == 0)
-            throw cli::UsageError(std::string(flag) + ": expected KEY=VALUE, got '" + std::string(item) + "'");
-        const std::string_view key = item.substr(0, equals), value = item.substr(equals + 1);
+    VariantText split = split_variant(flag, text);
+    TreeAutoVariant variant{std::move(split.name), {}};
+    for (const auto& [key, value] : split.settings) {
         bool known = false;
         for (const detail::TreeAutoSetting& s : detail::kTreeAutoSettings) {
             if (s.key != key) continue;

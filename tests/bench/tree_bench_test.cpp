@@ -17,6 +17,23 @@
 using specdec::Token;
 using specdec::test::ToyLM;
 
+namespace {
+
+// The toy pair of the tree rows and the costs their predictions read.
+struct TreeBenchPair {
+    ToyLM target{{.vocab = 16, .seed = 21, .sharpness = 1.0}};
+    ToyLM draft{{.vocab = 16, .seed = 21, .sharpness = 1.0, .noise_seed = 4, .noise = 0.5}};
+    std::vector<Token> prompt{1, 2, 3};
+    specdec::bench::CostMeasurement costs = [] {
+        specdec::bench::CostMeasurement c;
+        c.target_step_seconds = 1.0;
+        c.draft_step_seconds = 0.1;
+        return c;
+    }();
+};
+
+}  // namespace
+
 TEST_CASE("the tree option takes auto and shapes, and refuses a malformed shape", "[bench][cli][tree]") {
     const std::vector<std::string_view> arguments{"--tree", "auto,3x2x1,4", "--tree-max-nodes", "12"};
     const auto options = specdec::bench::parse_options(arguments);
@@ -57,12 +74,8 @@ TEST_CASE("a tree auto variant adds an auto:NAME row after the --tree rows with 
 }
 
 TEST_CASE("an auto variant's row runs AutoTree with its settings and is reported against auto", "[bench][tree]") {
-    ToyLM target({.vocab = 16, .seed = 21, .sharpness = 1.0});
-    ToyLM draft({.vocab = 16, .seed = 21, .sharpness = 1.0, .noise_seed = 4, .noise = 0.5});
-    const std::vector<Token> prompt{1, 2, 3};
-    specdec::bench::CostMeasurement costs;
-    costs.target_step_seconds = 1.0;
-    costs.draft_step_seconds = 0.1;
+    TreeBenchPair pair;
+    auto& [target, draft, prompt, costs] = pair;
     // A variant that can only draft chains of one: its rows show it.
     specdec::bench::TreeAutoVariant shallow{"shallow", {}};
     shallow.options.max_depth = 1;
@@ -102,12 +115,8 @@ TEST_CASE("an auto variant's row runs AutoTree with its settings and is reported
 }
 
 TEST_CASE("tree rows run interleaved with autoregressive decoding and report shape, nodes, speedup and prediction", "[bench][tree]") {
-    ToyLM target({.vocab = 16, .seed = 21, .sharpness = 1.0});
-    ToyLM draft({.vocab = 16, .seed = 21, .sharpness = 1.0, .noise_seed = 4, .noise = 0.5});
-    const std::vector<Token> prompt{1, 2, 3};
-    specdec::bench::CostMeasurement costs;
-    costs.target_step_seconds = 1.0;
-    costs.draft_step_seconds = 0.1;
+    TreeBenchPair pair;
+    auto& [target, draft, prompt, costs] = pair;
     costs.verified_tokens = {10};  // 3x2: 9 nodes and the pending token
     costs.verification_seconds = {1.2};
     const auto rows = specdec::bench::run_tree_configurations(draft, target, prompt, {"auto", "3x2"}, 12, {0.0, 1.0}, 40,
