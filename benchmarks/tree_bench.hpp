@@ -69,15 +69,13 @@ template <class Draft, CausalLM Target>
                 result.repetitions = repetitions;
                 const bool automatic = is_auto_tree(tree);
                 AutoTree::Options auto_options{.max_nodes = tree_max_nodes};
-                if (tree != "auto") {  // "auto:NAME": that --tree-auto-variant's settings
+                if (tree.starts_with("auto:")) {  // that --tree-auto-variant's settings
                     const auto variant = std::find_if(auto_variants.begin(), auto_variants.end(), [&](const TreeAutoVariant& v) {
                         return tree == "auto:" + v.name;
                     });
-                    if (automatic && variant == auto_variants.end()) throw Error("no --tree-auto-variant named by tree row " + tree);
-                    if (variant != auto_variants.end()) {
-                        auto_options = variant->options;
-                        if (!variant->max_nodes_given) auto_options.max_nodes = tree_max_nodes;
-                    }
+                    if (variant == auto_variants.end()) throw Error("no --tree-auto-variant named by tree row " + tree);
+                    auto_options = variant->options;
+                    if (!variant->max_nodes_given) auto_options.max_nodes = tree_max_nodes;
                 }
                 AutoTree auto_policy(auto_options);
                 FixedTree fixed_policy{automatic ? TreeShape() : TreeShape::parse(tree)};

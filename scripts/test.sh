@@ -18,9 +18,11 @@
 # libFuzzer at the end (scripts/fuzz.sh, clang, build-fuzz/).
 #
 # SPECDEC_QUICK=1: a first green in a few minutes: a plain Release build of
-# the library's tests and the examples, without sanitizers, llama.cpp, CUDA,
-# the tools (specdec-generate, specdec-server) or specdec-bench, and the test
-# suite only (no soak, no ThreadSanitizer). CI runs the full command.
+# the library's tests only (in build-quick/, so that the full command's build/
+# keeps its own configuration), without sanitizers, llama.cpp, CUDA, the
+# examples and the documentation's snippets, the tools (specdec-generate,
+# specdec-server) or specdec-bench and its tests, and the test suite only (no
+# soak, no ThreadSanitizer). CI runs the full command.
 # SPECDEC_SANITIZERS=0 builds the tests without sanitizers and runs stages 1
 # and 2 only (for compilers without the sanitizer runtimes).
 set -euo pipefail
@@ -57,17 +59,19 @@ summary() {
 }
 trap summary EXIT
 
+build=build
+[ "$quick" = 0 ] || build=build-quick
 # Ninja schedules the two cores better than Make over targets of very
 # different sizes; either works.
 generator=()
 if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
 # A build folder keeps its generator: reuse the one it was made with.
-[ ! -f build/CMakeCache.txt ] || generator=()
+[ ! -f "$build/CMakeCache.txt" ] || generator=()
 
 cuda_args=(-DSPECDEC_CUDA=OFF)
 [ "$quick" != 0 ] || source scripts/cuda-arch.sh
 programs=()
-[ "$quick" = 0 ] || programs=(-DSPECDEC_BUILD_TOOLS=OFF -DSPECDEC_BUILD_BENCHMARKS=OFF)
+[ "$quick" = 0 ] || programs=(-DSPECDEC_BUILD_TOOLS=OFF -DSPECDEC_BUILD_BENCHMARKS=OFF -DSPECDEC_BUILD_EXAMPLES=OFF)
 address=OFF
 [ "$sanitizers" = 0 ] || address=address
 # llama.cpp for the adapter and its tests, from its pinned source package
@@ -85,11 +89,11 @@ if [ "$quick" = 0 ]; then
   ./scripts/install-openai.sh build/openai-venv || echo "test.sh: could not install the openai package: its test will be skipped"
 fi
 stage "build (tests under sanitizers: $address)"
-cmake "${generator[@]}" -S . -B build -DCMAKE_BUILD_TYPE=Release -DSPECDEC_SANITIZE="$address" \
+cmake "${generator[@]}" -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_SANITIZE="$address" \
   "${cuda_args[@]}" "${llama_args[@]}" "${programs[@]}"
-cmake --build build -j"$jobs"
+cmake --build "$build" -j"$jobs"
 stage "test suite"
-ctest --test-dir build --no-tests=error --output-on-failure -j"$jobs"
+ctest --test-dir "$build" --no-tests=error --output-on-failure -j"$jobs"
 [ "$quick" = 0 ] || exit 0
 
 # The soaks (tag [soak], hidden from CTest's list because they run for

@@ -6,6 +6,7 @@
 // output. A draft is made by adding seeded noise to the target's logits.
 // ToyLM has the tree pass too (specdec::TreeLM): a node's logits are those
 // after the cache plus the node's ancestors.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -58,7 +59,7 @@ public:
             if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= options_.vocab)
                 throw Error("ToyLM: token id out of range");
             cache_.push_back(tokens[i]);
-            fill_row(cache_, {logits_.data() + i * options_.vocab, options_.vocab});
+            fill_row_kept(cache_, {logits_.data() + i * options_.vocab, options_.vocab});
         }
         return dense_logits(logits_, tokens.size(), options_.vocab);
     }
@@ -95,7 +96,7 @@ public:
                 pending_parents_.resize(before);
                 throw Error("ToyLM forward_tree: tree deeper than the free context");
             }
-            fill_row(history, {rows.data() + i * options_.vocab, options_.vocab});
+            fill_row_kept(history, {rows.data() + i * options_.vocab, options_.vocab});
         }
         ++tree_calls_;
         tokens_fed_ += tokens.size();
@@ -140,7 +141,9 @@ private:
         return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
     }
 
-    void fill_row(std::span<const Token> prefix, std::span<float> row) const {
+    // A row is a function of the last token, the one before it (or none) and
+    // the position modulo 8, but for the NaN of nan_at_position.
+    void fill_values(std::span<const Token> prefix, std::span<float> row) const {
         const std::size_t position = prefix.size() - 1;
         const std::uint64_t current = static_cast<std::uint64_t>(prefix[position]);
         const std::uint64_t previous = position > 0 ? static_cast<std::uint64_t>(prefix[position - 1]) + 1 : 0;
@@ -151,8 +154,40 @@ private:
                 value += options_.noise * gaussian(options_.noise_seed, key, static_cast<std::uint32_t>(v));
             row[v] = static_cast<float>(value);
         }
+    }
+
+    void mark_nan(std::size_t position, std::span<float> row) const {
         if (options_.nan_at_position && *options_.nan_at_position == position) row[0] = std::nanf("");
     }
+
+    void fill_row(std::span<const Token> prefix, std::span<float> row) const {
+        fill_values(prefix, row);
+        mark_nan(prefix.size() - 1, row);
+    }
+
+    // fill_row for the passes: with a small vocabulary the same few rows recur
+    // in every sample of a statistical test, so each one computed is kept.
+    void fill_row_kept(std::span<const Token> prefix, std::span<float> row) {
+        const std::size_t vocab = options_.vocab;
+        if (vocab > kKeptRowsVocab) return fill_row(prefix, row);
+        const std::size_t position = prefix.size() - 1;
+        const std::size_t current = static_cast<std::size_t>(prefix[position]);
+        const std::size_t previous = position > 0 ? static_cast<std::size_t>(prefix[position - 1]) + 1 : 0;
+        const std::size_t index = (current * (vocab + 1) + previous) * 8 + position % 8;
+        if (kept_.empty()) {
+            kept_.resize(vocab * (vocab + 1) * 8 * vocab);
+            kept_filled_.resize(vocab * (vocab + 1) * 8);
+        }
+        const std::span<float> kept(kept_.data() + index * vocab, vocab);
+        if (!kept_filled_[index]) {
+            fill_values(prefix, kept);
+            kept_filled_[index] = 1;
+        }
+        std::copy(kept.begin(), kept.end(), row.begin());
+        mark_nan(position, row);
+    }
+
+    static constexpr std::size_t kKeptRowsVocab = 8;
 
     ToyLMOptions options_;
     std::vector<Token> cache_;
@@ -162,6 +197,8 @@ private:
     std::size_t tokens_fed_ = 0;
     std::vector<Token> pending_tokens_;
     std::vector<std::int32_t> pending_parents_;
+    std::vector<float> kept_;                // fill_row_kept's rows, vocab floats each
+    std::vector<std::uint8_t> kept_filled_;  // which of them are computed
 };
 
 // A ToyLM that also offers forward_last (the LastRowLM extension): the
