@@ -288,7 +288,14 @@ int main(int argc, char** argv) {
             std::cout << usage_text();
             return 0;
         }
-        return run(options);
+        const int code = run(options);
+#ifdef SPECDEC_PROGRAM_OPTIMIZATION_NOTE
+        // After the report, so that a failed run's message stays one line.
+        std::cerr << "specdec-bench: note: compiled with " << SPECDEC_PROGRAM_OPTIMIZATION_NOTE
+                  << " for the test command (SPECDEC_PROGRAM_OPTIMIZATION): its timings are not the library's;"
+                     " scripts/bench.sh rebuilds it at full optimisation\n";
+#endif
+        return code;
     } catch (const UsageError& error) {
         std::cerr << "specdec-bench: " << specdec::cli::one_line(error.what()) << "\n";
         return 2;

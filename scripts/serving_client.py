@@ -1,7 +1,7 @@
 """What the serving scripts share: starting a server that prints the port it
 listens on, and reading server-sent events as they arrive."""
+import queue
 import re
-import select
 import subprocess
 import sys
 import threading
@@ -14,20 +14,29 @@ def start_server(command, echo=False, seconds=300):
     Its later output is drained (and printed with echo)."""
     print("starting:", " ".join(command), flush=True)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and process.poll() is None:
-        if select.select([process.stdout], [], [], 1.0)[0]:
-            line = process.stdout.readline()
+    # One thread reads every line as it comes (a select() on the pipe would
+    # miss lines already read into the file object's buffer).
+    lines = queue.Queue()
+
+    def read_lines():
+        for line in process.stdout:
+            lines.put(line)
             if echo:
                 print("server:", line.rstrip(), flush=True)
-            match = re.search(r"listening on http://([0-9.]+):(\d+)", line)
-            if match:
-                def drain():
-                    for later in process.stdout:
-                        if echo:
-                            print("server:", later.rstrip(), flush=True)
-                threading.Thread(target=drain, daemon=True).start()
-                return process, match.group(1), int(match.group(2))
+        lines.put(None)
+
+    threading.Thread(target=read_lines, daemon=True).start()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=1.0)
+        except queue.Empty:
+            continue
+        if line is None:
+            break
+        match = re.search(r"listening on http://([0-9.]+):(\d+)", line)
+        if match:
+            return process, match.group(1), int(match.group(2))
     process.kill()
     sys.exit("the server did not start: " + " ".join(command))
 

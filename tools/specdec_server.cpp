@@ -341,6 +341,13 @@ public:
         std::printf("specdec-server: %s, %zu slots of %zu tokens; listening on http://%s:%d\n", model_name_.c_str(),
                     engine_.slots(), limits_.context, options_.host.c_str(), port);
         std::fflush(stdout);
+#ifdef SPECDEC_PROGRAM_OPTIMIZATION_NOTE
+        // After the line clients wait for, which stays the first.
+        std::printf("specdec-server: note: compiled with %s for the test command (SPECDEC_PROGRAM_OPTIMIZATION): "
+                    "configure with -DSPECDEC_PROGRAM_OPTIMIZATION= before measuring its speed\n",
+                    SPECDEC_PROGRAM_OPTIMIZATION_NOTE);
+        std::fflush(stdout);
+#endif
         // The decoding loop runs on this thread, the one that loaded the
         // models (server/engine.hpp says why); another thread listens.
         // SIGINT and SIGTERM only set a flag (all a signal handler may do);

@@ -189,6 +189,10 @@ target_compile_options(specdec_doc_snippets PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-W
 if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
   target_compile_options(specdec_doc_snippets PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-maybe-uninitialized>)
 endif()
+# Compiled, never run: the programs' optimisation flag (scripts/test.sh's -O1) serves them too.
+if(SPECDEC_PROGRAM_OPTIMIZATION)
+  target_compile_options(specdec_doc_snippets PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${SPECDEC_PROGRAM_OPTIMIZATION}>)
+endif()
 list(LENGTH _snippet_sources _snippet_count)
 message(STATUS "Documentation snippets compiled: ${_snippet_count}")
 # The build is the test; CTest builds the target again so that a broken

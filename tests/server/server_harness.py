@@ -2,8 +2,8 @@
 prints the port it got) and talks raw HTTP to it with the standard library."""
 import http.client
 import json
+import queue
 import re
-import select
 import signal
 import subprocess
 import sys
@@ -36,33 +36,40 @@ class Server:
         command = [binary, "--port", "0", "--host", "127.0.0.1", *arguments]
         print("starting:", " ".join(command), flush=True)
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # One thread reads and shows every line the server prints (errors,
+        # sanitizer reports), so its pipe never fills; the first lines also go
+        # to a queue until the port is known (a select() on the pipe would miss
+        # lines already read into the file object's buffer).
+        self.lines = queue.Queue()
+        self.drain = threading.Thread(target=self._echo, daemon=True)
+        self.drain.start()
         deadline = time.monotonic() + start_seconds
+        match = None
         line = ""
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.process.stdout], [], [], 1.0)
-            if ready:
-                line = self.process.stdout.readline()
-                if not line:
-                    break
-                print("server:", line.rstrip(), flush=True)
-                if "listening on" in line:
-                    break
-            if self.process.poll() is not None:
+        while time.monotonic() < deadline and not match:
+            try:
+                line = self.lines.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            if line is None:
                 break
-        match = re.search(r"http://([0-9.]+):(\d+)", line)
+            match = re.search(r"listening on http://([0-9.]+):(\d+)", line)
+        self.lines = None
         if not match:
             self.process.kill()
             raise RuntimeError(f"the server did not start: {line!r}")
         self.host, self.port = match.group(1), int(match.group(2))
-        # Whatever the server prints later (errors, sanitizer reports) is shown,
-        # and its pipe never fills.
-        self.drain = threading.Thread(target=self._echo, daemon=True)
-        self.drain.start()
         self.url = f"http://{self.host}:{self.port}"
 
     def _echo(self):
         for line in self.process.stdout:
             print("server:", line.rstrip(), flush=True)
+            waiting = self.lines
+            if waiting is not None:
+                waiting.put(line)
+        waiting = self.lines
+        if waiting is not None:
+            waiting.put(None)
 
     def request(self, method, path, body=None, headers=None, timeout=120):
         """Returns (status, headers dict, body bytes). `body`: bytes, str or a JSON-able object."""
