@@ -143,11 +143,21 @@ private:
 
     // A row is a function of the last token, the one before it (or none) and
     // the position modulo 8, but for the NaN of nan_at_position.
-    void fill_values(std::span<const Token> prefix, std::span<float> row) const {
+    struct RowKey {
+        std::size_t position;  // of the last token
+        std::uint64_t current;
+        std::uint64_t previous;  // the token before it + 1, or 0 at position 0
+        std::size_t phase;       // position % 8
+    };
+
+    static RowKey row_key(std::span<const Token> prefix) {
         const std::size_t position = prefix.size() - 1;
-        const std::uint64_t current = static_cast<std::uint64_t>(prefix[position]);
-        const std::uint64_t previous = position > 0 ? static_cast<std::uint64_t>(prefix[position - 1]) + 1 : 0;
-        const std::uint64_t key = (current * 1000003u + previous) * 8u + position % 8u;
+        return {position, static_cast<std::uint64_t>(prefix[position]),
+                position > 0 ? static_cast<std::uint64_t>(prefix[position - 1]) + 1 : 0, position % 8};
+    }
+
+    void fill_values(const RowKey& at, std::span<float> row) const {
+        const std::uint64_t key = (at.current * 1000003u + at.previous) * 8u + at.phase;
         for (std::size_t v = 0; v < options_.vocab; ++v) {
             double value = options_.sharpness * gaussian(options_.seed, key, static_cast<std::uint32_t>(v));
             if (options_.noise != 0.0)
@@ -161,8 +171,9 @@ private:
     }
 
     void fill_row(std::span<const Token> prefix, std::span<float> row) const {
-        fill_values(prefix, row);
-        mark_nan(prefix.size() - 1, row);
+        const RowKey at = row_key(prefix);
+        fill_values(at, row);
+        mark_nan(at.position, row);
     }
 
     // fill_row for the passes: with a small vocabulary the same few rows recur
@@ -170,21 +181,19 @@ private:
     void fill_row_kept(std::span<const Token> prefix, std::span<float> row) {
         const std::size_t vocab = options_.vocab;
         if (vocab > kKeptRowsVocab) return fill_row(prefix, row);
-        const std::size_t position = prefix.size() - 1;
-        const std::size_t current = static_cast<std::size_t>(prefix[position]);
-        const std::size_t previous = position > 0 ? static_cast<std::size_t>(prefix[position - 1]) + 1 : 0;
-        const std::size_t index = (current * (vocab + 1) + previous) * 8 + position % 8;
+        const RowKey at = row_key(prefix);
+        const std::size_t index = (static_cast<std::size_t>(at.current) * (vocab + 1) + at.previous) * 8 + at.phase;
         if (kept_.empty()) {
             kept_.resize(vocab * (vocab + 1) * 8 * vocab);
             kept_filled_.resize(vocab * (vocab + 1) * 8);
         }
         const std::span<float> kept(kept_.data() + index * vocab, vocab);
         if (!kept_filled_[index]) {
-            fill_values(prefix, kept);
+            fill_values(at, kept);
             kept_filled_[index] = 1;
         }
         std::copy(kept.begin(), kept.end(), row.begin());
-        mark_nan(position, row);
+        mark_nan(at.position, row);
     }
 
     static constexpr std::size_t kKeptRowsVocab = 8;
