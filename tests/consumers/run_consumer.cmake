@@ -1,5 +1,5 @@
 # Builds and runs tests/consumers/project against specdec in one MODE.
-# Invoked by CTest: cmake -DMODE=... -DSOURCE=... -DBUILD=... -DEXPECT_CPU=... -P run_consumer.cmake
+# Invoked by CTest: cmake -DMODE=... -DSOURCE=... -DBUILD=... -DEXPECT_CPU=... [-DOPTIMIZATION=-O1] -P run_consumer.cmake
 function(run)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT code EQUAL 0)
@@ -19,6 +19,11 @@ if(MODE STREQUAL "find_package")
 endif()
 set(args -DSPECDEC_CONSUME=${MODE} -DSPECDEC_EXPECT_CPU=${EXPECT_CPU} -DSPECDEC_BUILD_CPU_CONSUMER=${build_cpu}
          -DCMAKE_BUILD_TYPE=Release)
+# The consumer programs are run once, like the examples: the build's
+# SPECDEC_PROGRAM_OPTIMIZATION (scripts/test.sh: -O1) serves them too.
+if(OPTIMIZATION)
+  list(APPEND args "-DCMAKE_CXX_FLAGS_RELEASE=${OPTIMIZATION} -DNDEBUG")
+endif()
 
 if(MODE STREQUAL "find_package")
   # Install the package as a user would: a fresh configure of the source tree

@@ -202,7 +202,7 @@ void report_cases(const char* name, std::size_t ran, std::size_t inside_drafts) 
 }  // namespace
 
 TEST_CASE("Stop strings under speculation end where the reference cut ends the unstopped output (500 cases)",
-          "[text][stop][decoding]") {
+          "[text][stop][decoding][exactness]") {
     const ListVocabulary vocab = synthetic_vocabulary();
     std::size_t inside_drafts = 0, ran = 0;
     run_synthetic_cases(vocab, [&](const std::vector<Token>& all) { return vocab.decode(all); }, 500, 1000, {511},
@@ -213,7 +213,7 @@ TEST_CASE("Stop strings under speculation end where the reference cut ends the u
     CHECK(inside_drafts >= 150);
 }
 
-TEST_CASE("Stop strings under speculation with the stories260K tokenizer", "[text][stop][decoding][fixture]") {
+TEST_CASE("Stop strings under speculation with the stories260K tokenizer", "[text][stop][decoding][fixture][exactness]") {
     SPECDEC_REQUIRE_FIXTURE(path, "stories260K.gguf");
     const specdec::Tokenizer tokenizer = specdec::Tokenizer::from_gguf(specdec::gguf::File::open(path));
     REQUIRE(tokenizer.vocab_size() == 512);  // the synthetic tiny models' vocabulary size
