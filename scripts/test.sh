@@ -6,10 +6,11 @@
 # without a GPU CTest reports its tests as skipped) and runs:
 #   1. the whole test suite, its test binaries built with AddressSanitizer +
 #      UndefinedBehaviorSanitizer (build/: every finding fails the test), but
-#      for the core binary's statistical cases ([exactness]: hundreds of
-#      thousands of sequences each through paths the other cases walk under
-#      the sanitizers), which run in an uninstrumented -O3 copy; the examples,
-#      tools and benchmarks it also runs are plain builds at -O1;
+#      for the core and text binaries' statistical and randomised exactness
+#      cases ([exactness]: thousands of generations each through paths the
+#      other cases walk under the sanitizers), which run in uninstrumented
+#      -O3 copies; the examples, tools and benchmarks it also runs are plain
+#      builds at -O1;
 #   2. the soaks, of generate() calls and of continuous batching (20k
 #      generated tokens each under the sanitizers, 100k in a plain build; on
 #      their own: ./build/tests/specdec_model_tests "[soak]");
