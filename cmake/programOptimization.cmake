@@ -1,7 +1,8 @@
 # Included by examples/, tools/ and benchmarks/: where SPECDEC_PROGRAM_OPTIMIZATION
 # is set (scripts/test.sh sets -O1), the optimisation flag of this directory's
 # programs, C++ and CUDA host code alike. The test command runs them once, for
-# their output, and -O1 compiles them in about 60% of the -O3 time.
+# their output, and -O1 compiles them much faster than -O3 (docs/results.md,
+# "The test command's time").
 # Their timings are then not the library's: specdec-bench and specdec-server
 # say so when they start (SPECDEC_PROGRAM_OPTIMIZATION_NOTE).
 if(SPECDEC_PROGRAM_OPTIMIZATION)
