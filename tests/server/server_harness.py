@@ -2,13 +2,15 @@
 prints the port it got) and talks raw HTTP to it with the standard library."""
 import http.client
 import json
-import queue
-import re
+import os
 import signal
 import subprocess
 import sys
-import threading
-import time
+
+# The server's start (its port read from its first lines) is the serving
+# scripts' own: scripts/serving_client.py.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from serving_client import start_server  # noqa: E402
 
 
 class Failures:
@@ -34,42 +36,10 @@ class Failures:
 class Server:
     def __init__(self, binary, *arguments, start_seconds=120):
         command = [binary, "--port", "0", "--host", "127.0.0.1", *arguments]
-        print("starting:", " ".join(command), flush=True)
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        # One thread reads and shows every line the server prints (errors,
-        # sanitizer reports), so its pipe never fills; the first lines also go
-        # to a queue until the port is known (a select() on the pipe would miss
-        # lines already read into the file object's buffer).
-        self.lines = queue.Queue()
-        self.drain = threading.Thread(target=self._echo, daemon=True)
-        self.drain.start()
-        deadline = time.monotonic() + start_seconds
-        match = None
-        line = ""
-        while time.monotonic() < deadline and not match:
-            try:
-                line = self.lines.get(timeout=1.0)
-            except queue.Empty:
-                continue
-            if line is None:
-                break
-            match = re.search(r"listening on http://([0-9.]+):(\d+)", line)
-        self.lines = None
-        if not match:
-            self.process.kill()
-            raise RuntimeError(f"the server did not start: {line!r}")
-        self.host, self.port = match.group(1), int(match.group(2))
+        # Whatever the server prints later (errors, sanitizer reports) is shown,
+        # and its pipe never fills.
+        self.process, self.host, self.port = start_server(command, echo=True, seconds=start_seconds)
         self.url = f"http://{self.host}:{self.port}"
-
-    def _echo(self):
-        for line in self.process.stdout:
-            print("server:", line.rstrip(), flush=True)
-            waiting = self.lines
-            if waiting is not None:
-                waiting.put(line)
-        waiting = self.lines
-        if waiting is not None:
-            waiting.put(None)
 
     def request(self, method, path, body=None, headers=None, timeout=120):
         """Returns (status, headers dict, body bytes). `body`: bytes, str or a JSON-able object."""
