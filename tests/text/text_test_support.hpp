@@ -50,7 +50,7 @@ inline std::vector<NamedTokenizer> fixture_tokenizers(std::vector<std::string>& 
 
 inline bool valid_utf8(std::string_view text) {
     for (std::size_t i = 0; i < text.size();) {
-        const detail::Utf8Char c = detail::next_utf8_char(text, i);
+        const specdec::detail::Utf8Char c = specdec::detail::next_utf8_char(text, i);
         if (!c.valid) return false;
         i += c.length;
     }
