@@ -21,6 +21,7 @@
 
 #include "bench_results.hpp"
 #include "cost_measurement.hpp"
+#include "generation_steps.hpp"
 #include "tree_bench.hpp"
 
 namespace specdec::bench {
@@ -63,11 +64,12 @@ struct Configuration {
     std::size_t draft_tokens = 0;
     bool auto_length = false;
     RuleChoice rule = RuleChoice::tokenwise;
+    std::string tree{};  // a token-tree row (RunChoices::trees); empty: a chain
 };
 
 // Every (temperature, rule, length) to run, in order; block and coupled only
-// at T > 0.
-[[nodiscard]] inline std::vector<Configuration> configurations_of(const RunSettings& settings) {
+// at T > 0. With `trees`, each temperature's tree rows after its chains.
+[[nodiscard]] inline std::vector<Configuration> configurations_of(const RunSettings& settings, bool trees = false) {
     std::vector<Configuration> list;
     for (const double temperature : settings.temperatures) {
         for (const RuleChoice rule : settings.rules) {
@@ -82,6 +84,9 @@ struct Configuration {
             }
             if (settings.auto_length) list.push_back({temperature, settings.auto_max_draft_tokens, true, rule});
         }
+        if (trees)
+            for (const std::string& tree : settings.trees)
+                list.push_back({temperature, DecodingOptions{}.draft_tokens, is_auto_tree(tree), RuleChoice::tokenwise, tree});
     }
     return list;
 }
@@ -120,83 +125,7 @@ template <class Model>
     else return std::make_unique<Model>(model);
 }
 
-// One generation in progress, advanced a step at a time. Its prefill and each
-// step are timed around the call, so time spent on other generations between
-// its steps is not counted: the result is what generate() would return.
-class Generation {
-public:
-    virtual ~Generation() = default;
-    virtual void step() = 0;
-    [[nodiscard]] virtual bool finished() const = 0;
-    [[nodiscard]] virtual double progress() const = 0;  // emitted / max_new_tokens
-    [[nodiscard]] virtual GenerationResult take() = 0;
-};
-
-template <class Decoder>
-class DecoderGeneration final : public Generation {
-public:
-    // Builds the decoder from `decoder_arguments`, empties its caches (every
-    // generation of a run pays the same prefill) and prefills `prompt`.
-    template <class... Args>
-    explicit DecoderGeneration(std::span<const Token> prompt, Args&&... decoder_arguments)
-        : decoder_(std::forward<Args>(decoder_arguments)...), max_new_tokens_(decoder_.options().max_new_tokens) {
-        decoder_.reset();
-        const auto start = Clock::now();
-        result_.stats = decoder_.prefill(prompt);
-        seconds_ = specdec::detail::seconds_since(start);
-        result_.stats.total_seconds = seconds_;
-        finished_ = max_new_tokens_ == 0;
-        if (finished_) result_.stop_reason = StopReason::max_new_tokens;
-    }
-
-    void step() override {
-        const auto start = Clock::now();
-        const StepResult step = decoder_.step(max_new_tokens_ - result_.tokens.size());
-        seconds_ += specdec::detail::seconds_since(start);
-        finished_ = add_step(result_, step, max_new_tokens_);
-        result_.stats.total_seconds = seconds_;
-    }
-    [[nodiscard]] bool finished() const override { return finished_; }
-    [[nodiscard]] double progress() const override {
-        return static_cast<double>(result_.tokens.size()) / static_cast<double>(std::max<std::size_t>(1, max_new_tokens_));
-    }
-    [[nodiscard]] GenerationResult take() override { return std::move(result_); }
-
-private:
-    Decoder decoder_;
-    std::size_t max_new_tokens_;
-    GenerationResult result_;
-    double seconds_ = 0.0;
-    bool finished_ = false;
-};
-
-inline GenerationResult run_to_end(Generation& generation) {
-    while (!generation.finished()) generation.step();
-    return generation.take();
-}
-
-// Steps the generations in turn until all have finished: always the one
-// furthest behind (by the fraction of its tokens emitted; the first in order
-// among equals), so that all of them run through the same seconds and end
-// together, and a slow phase of the machine slows every one alike.
-inline void run_interleaved(std::span<Generation* const> generations) {
-    while (true) {
-        Generation* next = nullptr;
-        for (Generation* g : generations)
-            if (!g->finished() && (next == nullptr || g->progress() < next->progress())) next = g;
-        if (next == nullptr) return;
-        next->step();
-    }
-}
-
 }  // namespace detail
-
-// One row's speculative generation: called with (options, prompt), it builds
-// a decoder with the row's rule and its length policy, which lives as long as
-// the row (one policy over all of the row's repetitions), prefills the prompt
-// and returns the generation, ready to step.
-using RowGenerator =
-    std::function<std::unique_ptr<detail::Generation>(const DecodingOptions&, std::span<const Token>)>;
 
 template <class Draft, CausalLM Target>
 [[nodiscard]] RowGenerator make_row_generator(Draft& draft, Target& target, const Configuration& configuration) {
@@ -232,6 +161,7 @@ struct RowSet {
     std::vector<Configuration> configurations;
     std::vector<ConfigurationResult> results;
     std::vector<RowGenerator> generators;
+    std::vector<std::function<void(TreeResult&)>> tree_describers;  // a tree row's (TreeRow::describe); empty for a chain
     std::vector<double> temperatures;  // in the order of the configurations
     bool interleaved = false;
     std::vector<std::unique_ptr<Target>> target_replicas;
@@ -254,7 +184,7 @@ struct RowSet {
 template <class Draft, CausalLM Target>
 [[nodiscard]] RowSet<Draft, Target> make_row_set(Draft& draft, Target& target, const RunSettings& settings) {
     RowSet<Draft, Target> set;
-    set.configurations = configurations_of(settings);
+    set.configurations = configurations_of(settings, kTreeCapable<Draft, Target>);
     const std::size_t total = set.size();
     set.interleaved = settings.interleave_rows && kInterleavable<Draft, Target>;
     set.targets.assign(total, &target);
@@ -278,10 +208,21 @@ template <class Draft, CausalLM Target>
         result.auto_length = configuration.auto_length;
         result.rule = configuration.rule;
         result.repetitions = settings.repetitions;
+        set.tree_describers.emplace_back();
+        if constexpr (kTreeCapable<Draft, Target>) {
+            if (!configuration.tree.empty()) {
+                TreeRow row = make_tree_row(*set.drafts[i], *set.targets[i], configuration.tree, settings.tree_max_nodes,
+                                            settings.tree_auto_variants);
+                set.generators.push_back(std::move(row.generate));
+                set.tree_describers.back() = std::move(row.describe);
+                continue;
+            }
+        }
         set.generators.push_back(make_row_generator(*set.drafts[i], *set.targets[i], configuration));
+    }
+    for (const Configuration& configuration : set.configurations)
         if (std::find(set.temperatures.begin(), set.temperatures.end(), configuration.temperature) == set.temperatures.end())
             set.temperatures.push_back(configuration.temperature);
-    }
     return set;
 }
 
@@ -347,7 +288,8 @@ void run_round(RowSet<Draft, Target>& set, Target& target, std::span<const Token
     auto start_row = [&](std::size_t i) {
         if (progress)
             progress(ProgressStep{++step, total * settings.repetitions, temperature, set.configurations[i].draft_tokens,
-                                  set.results[i].label(), repetition + 1, settings.repetitions,
+                                  set.configurations[i].tree.empty() ? set.results[i].label() : "tree " + set.configurations[i].tree,
+                                  repetition + 1, settings.repetitions,
                                   settings.time_budget_seconds, set.interleaved ? rows.size() : 0});
         DecodingOptions options = baseline_options;
         options.draft_tokens = set.configurations[i].draft_tokens;
@@ -394,6 +336,12 @@ void run_round(RowSet<Draft, Target>& set, Target& target, std::span<const Token
 
 }  // namespace detail
 
+// What run_rows measured: the chain rows and the tree rows, in run order.
+struct RowResults {
+    std::vector<ConfigurationResult> chains;
+    std::vector<TreeResult> trees;
+};
+
 // Draft: a CausalLM draft model or a Drafter (e.g. PromptLookupDrafter).
 //
 // Order: repetition by repetition, and within one temperature of a
@@ -417,12 +365,13 @@ void run_round(RowSet<Draft, Target>& set, Target& target, std::span<const Token
 // Sequential (models that cannot be replicated, e.g. the CUDA model): the
 // baseline, then each row to its end; rows run forwards in even repetitions
 // and backwards in odd ones, so that no row always sits next to the baseline.
+//
+// Tree rows (settings.trees, when the pair has a tree pass) are rows like the
+// others: in the same rounds, stepped in turn with the chains of their
+// temperature, an auto tree learning first as an auto chain does.
 template <class Draft, CausalLM Target>
-[[nodiscard]] std::vector<ConfigurationResult> run_configurations(Draft& draft, Target& target,
-                                                                  std::span<const Token> prompt,
-                                                                  const RunSettings& settings,
-                                                                  const ProgressCallback& progress = {},
-                                                                  const std::function<void()>& after_round = {}) {
+[[nodiscard]] RowResults run_rows(Draft& draft, Target& target, std::span<const Token> prompt, const RunSettings& settings,
+                                  const ProgressCallback& progress = {}, const std::function<void()>& after_round = {}) {
     detail::RowSet<Draft, Target> rows = detail::make_row_set(draft, target, settings);
     if (rows.size() == 0) return {};
     detail::warm_up(rows, target, prompt, settings);
@@ -440,8 +389,39 @@ template <class Draft, CausalLM Target>
         ++rounds;
         rounds_seconds += std::chrono::duration<double>(detail::Clock::now() - round_start).count();
     }
-    for (ConfigurationResult& result : rows.results) result.repetitions = rounds;
-    return std::move(rows.results);
+    RowResults results;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        ConfigurationResult& row = rows.results[i];
+        row.repetitions = rounds;
+        if (rows.configurations[i].tree.empty()) {
+            results.chains.push_back(std::move(row));
+            continue;
+        }
+        TreeResult tree;
+        tree.temperature = row.temperature;
+        tree.label = rows.configurations[i].tree;
+        tree.repetitions = rounds;
+        tree.autoregressive = row.autoregressive;
+        tree.speculative = row.speculative;
+        tree.speedup_per_repetition = std::move(row.speedup_per_repetition);
+        tree.greedy_match = row.greedy_match;
+        tree.first_mismatch = row.first_mismatch;
+        rows.tree_describers[i](tree);
+        results.trees.push_back(std::move(tree));
+    }
+    return results;
+}
+
+// The chain rows of run_rows (settings.trees is not run).
+template <class Draft, CausalLM Target>
+[[nodiscard]] std::vector<ConfigurationResult> run_configurations(Draft& draft, Target& target,
+                                                                  std::span<const Token> prompt,
+                                                                  const RunSettings& settings,
+                                                                  const ProgressCallback& progress = {},
+                                                                  const std::function<void()>& after_round = {}) {
+    RunSettings chains = settings;
+    chains.trees.clear();
+    return run_rows(draft, target, prompt, chains, progress, after_round).chains;
 }
 
 // The cost model's inputs of each row (c, v_k, v_n), from the final costs.
@@ -495,7 +475,8 @@ template <class Draft, CausalLM Target>
     // come from the same minutes as the speeds they are compared with.
     measure_prefill(target, inputs.prompt, inputs.cost_settings, report.costs);
     CostSampler<Draft, Target> costs(draft, target, inputs.prompt, lengths);
-    report.configurations = run_configurations(draft, target, inputs.prompt, inputs.settings, progress, [&] { costs.round(); });
+    RowResults rows = run_rows(draft, target, inputs.prompt, inputs.settings, progress, [&] { costs.round(); });
+    report.configurations = std::move(rows.chains);
     report.repetitions =
         report.configurations.empty() ? inputs.settings.repetitions : report.configurations.front().repetitions;
     report.max_repetitions = inputs.settings.repetitions;
@@ -506,13 +487,8 @@ template <class Draft, CausalLM Target>
     costs.write(report.costs);
     apply_costs(report.configurations, report.costs);
     if (trees) {
-        report.trees = run_tree_configurations(draft, target, inputs.prompt, inputs.settings.trees,
-                                               inputs.settings.tree_max_nodes, inputs.settings.temperatures,
-                                               inputs.settings.new_tokens,
-                                               // as many as the chain rows ran (within a time budget)
-                                               report.repetitions,
-                                               inputs.settings.seed, report.costs, inputs.settings.repetition_prompts,
-                                               inputs.settings.tree_auto_variants);
+        report.trees = std::move(rows.trees);
+        apply_tree_costs(report.trees, report.costs, CausalLM<Draft>);
     } else if (!inputs.settings.trees.empty()) {
         report.trees_skipped = "the target or the draft has no tree pass (specdec::TreeLM)";
     }

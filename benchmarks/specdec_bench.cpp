@@ -97,11 +97,11 @@ int benchmark_and_report(Draft& draft, Target& target, BenchInputs inputs, const
     if (!options.quiet && inputs.settings.time_budget_seconds > 0.0)
         std::fprintf(stderr,
                      "%zu configurations, rounds while they fit in %.0f s (%zu to %zu; forward costs timed between rounds)...\n",
-                     configurations_of(inputs.settings).size(), inputs.settings.time_budget_seconds,
+                     configurations_of(inputs.settings, kTreeCapable<Draft, Target>).size(), inputs.settings.time_budget_seconds,
                      std::min(inputs.settings.min_repetitions, inputs.settings.repetitions), inputs.settings.repetitions);
     else if (!options.quiet)
         std::fprintf(stderr, "%zu configurations x %zu repetitions (forward costs timed between rounds)...\n",
-                     configurations_of(inputs.settings).size(), inputs.settings.repetitions);
+                     configurations_of(inputs.settings, kTreeCapable<Draft, Target>).size(), inputs.settings.repetitions);
     const BenchReport report = run_benchmark(draft, target, inputs, [&](const ProgressStep& step) { printer(step); });
     printer.finish();
 

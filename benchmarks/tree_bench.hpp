@@ -1,10 +1,14 @@
 #pragma once
-// The --tree rows of specdec-bench: for each temperature and tree ("auto",
-// "auto:NAME" for a --tree-auto-variant, or a fixed shape), interleaved autoregressive / tree-speculative generations of
-// the same prompt and seed, as run_configurations() does for chains.
+// The --tree rows of specdec-bench ("auto", "auto:NAME" for a
+// --tree-auto-variant, or a fixed shape): rows of the runner like the chain
+// rows (bench_runner.hpp), with a TreeSpeculativeDecoder, run in the same
+// rounds and stepped in turn with them, so that a tree row and the best chain
+// are compared through the same seconds of the machine.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -13,6 +17,7 @@
 #include "specdec/specdec.hpp"
 
 #include "bench_results.hpp"
+#include "generation_steps.hpp"
 #include "tree_auto_variants.hpp"
 
 namespace specdec::bench {
@@ -50,79 +55,63 @@ inline constexpr bool kTreeCapable = TreeLM<Target> && (TreeLM<Draft> || TreeDra
     return cost > 0.0 ? expected / cost : 0.0;
 }
 
+// A token-tree row of the runner: its generator (a TreeSpeculativeDecoder of
+// the row's shape or AutoTree, one policy over all of the row's repetitions)
+// and, once the rounds are done, what the row drafted: the shape and, for
+// AutoTree, the prediction of its own cost model.
+struct TreeRow {
+    RowGenerator generate;
+    std::function<void(TreeResult&)> describe;
+};
+
+// label: "auto", "auto:NAME" (that --tree-auto-variant's settings) or a shape such as "3x2x1".
 template <class Draft, CausalLM Target>
-[[nodiscard]] std::vector<TreeResult> run_tree_configurations(Draft& draft, Target& target, std::span<const Token> prompt,
-                                                              const std::vector<std::string>& trees,
-                                                              std::size_t tree_max_nodes,
-                                                              const std::vector<double>& temperatures,
-                                                              std::size_t new_tokens, std::size_t repetitions,
-                                                              std::uint64_t seed, const CostMeasurement& costs,
-                                                              std::span<const std::vector<Token>> repetition_prompts = {},
-                                                              std::span<const TreeAutoVariant> auto_variants = {}) {
-    std::vector<TreeResult> results;
-    if constexpr (kTreeCapable<Draft, Target>) {
-        for (const double temperature : temperatures) {
-            for (const std::string& tree : trees) {
-                TreeResult result;
-                result.temperature = temperature;
-                result.label = tree;
-                result.repetitions = repetitions;
-                const bool automatic = is_auto_tree(tree);
-                AutoTree::Options auto_options{.max_nodes = tree_max_nodes};
-                if (tree.starts_with("auto:")) {  // that --tree-auto-variant's settings
-                    const auto variant = std::find_if(auto_variants.begin(), auto_variants.end(), [&](const TreeAutoVariant& v) {
-                        return tree == "auto:" + v.name;
-                    });
-                    if (variant == auto_variants.end()) throw Error("no --tree-auto-variant named by tree row " + tree);
-                    auto_options = variant->options;
-                    if (!variant->max_nodes_given) auto_options.max_nodes = tree_max_nodes;
-                }
-                AutoTree auto_policy(auto_options);
-                FixedTree fixed_policy{automatic ? TreeShape() : TreeShape::parse(tree)};
-                auto run = [&](auto& policy) {
-                    using Policy = std::remove_reference_t<decltype(policy)>;
-                    for (std::size_t repetition = 0; repetition < repetitions; ++repetition) {
-                        const DecodingOptions options{.sampling = SamplingOptions{.temperature = temperature},
-                                                      .seed = seed + repetition,
-                                                      .max_new_tokens = new_tokens};
-                        AutoregressiveDecoder<Target> autoregressive(target, options);
-                        TreeSpeculativeDecoder<Target, Draft, RecursiveRejection, SharedTreePolicy<Policy>> speculative(
-                            specdec::target(target), specdec::draft(draft), options, SharedTreePolicy<Policy>{&policy});
-                        const std::span<const Token> round_prompt = repetition_prompt(repetition_prompts, prompt, repetition);
-                        autoregressive.reset();
-                        const GenerationResult baseline = autoregressive.generate(round_prompt);
-                        result.autoregressive += baseline.stats;
-                        speculative.reset();
-                        const GenerationResult fast = speculative.generate(round_prompt);
-                        result.speculative += fast.stats;
-                        if (baseline.stats.decode_tokens_per_second() > 0.0)
-                            result.speedup_per_repetition.push_back(fast.stats.decode_tokens_per_second() /
-                                                                    baseline.stats.decode_tokens_per_second());
-                        if (temperature == 0.0) detail::check_greedy_match(result, baseline.tokens, fast.tokens);
-                    }
-                };
-                if (automatic) {
-                    run(auto_policy);
-                    result.shape = auto_policy.current_plan().shape.describe();
-                    result.predicted_speedup = auto_policy.predicted_speedup();
-                } else {
-                    run(fixed_policy);
-                    const TreeShape& shape = fixed_policy.shape;
-                    result.shape = shape.describe();
-                    const GenerationStats& s = result.speculative;
-                    const double passes = s.target_forward_passes == 0
-                                              ? 0.0
-                                              : static_cast<double>(s.draft_forward_passes) / s.target_forward_passes;
-                    // A model draft pays c per pass; prompt lookup one proposal (c) per step.
-                    const double draft_cost = (CausalLM<Draft> ? passes : 1.0) * costs.cost_ratio();
-                    result.predicted_speedup =
-                        predicted_tree_speedup(result, shape, draft_cost, costs.verification_cost_ratio(shape.size()));
-                }
-                results.push_back(std::move(result));
-            }
-        }
+[[nodiscard]] TreeRow make_tree_row(Draft& draft, Target& target, const std::string& label, std::size_t tree_max_nodes,
+                                    std::span<const TreeAutoVariant> auto_variants) {
+    auto make = [&](auto policy, auto describe) {
+        using Policy = decltype(policy);
+        using Decoder = TreeSpeculativeDecoder<Target, Draft, RecursiveRejection, SharedTreePolicy<Policy>>;
+        auto shared = std::make_shared<Policy>(std::move(policy));
+        TreeRow row;
+        row.generate = [&draft, &target, shared](const DecodingOptions& options, std::span<const Token> prompt) {
+            return std::unique_ptr<detail::Generation>(std::make_unique<detail::DecoderGeneration<Decoder>>(
+                prompt, specdec::target(target), specdec::draft(draft), options, SharedTreePolicy<Policy>{shared.get()}));
+        };
+        row.describe = [shared, describe](TreeResult& result) { describe(*shared, result); };
+        return row;
+    };
+    if (!is_auto_tree(label)) {
+        return make(FixedTree{TreeShape::parse(label)},
+                    [](const FixedTree& policy, TreeResult& result) { result.shape = policy.shape.describe(); });
     }
-    return results;
+    AutoTree::Options options{.max_nodes = tree_max_nodes};
+    if (label.starts_with("auto:")) {  // that --tree-auto-variant's settings
+        const auto variant = std::find_if(auto_variants.begin(), auto_variants.end(),
+                                          [&](const TreeAutoVariant& v) { return label == "auto:" + v.name; });
+        if (variant == auto_variants.end()) throw Error("no --tree-auto-variant named by tree row " + label);
+        options = variant->options;
+        if (!variant->max_nodes_given) options.max_nodes = tree_max_nodes;
+    }
+    return make(AutoTree(options), [](const AutoTree& policy, TreeResult& result) {
+        result.shape = policy.current_plan().shape.describe();
+        result.predicted_speedup = policy.predicted_speedup();
+    });
+}
+
+// A fixed shape's predicted speedup from the run's final costs (an auto row
+// carries its policy's own prediction). model_draft: the draft is a model
+// (c per draft pass), not a drafter (one proposal, c, per step).
+inline void apply_tree_costs(std::vector<TreeResult>& results, const CostMeasurement& costs, bool model_draft) {
+    for (TreeResult& result : results) {
+        if (is_auto_tree(result.label)) continue;
+        const TreeShape shape = TreeShape::parse(result.label);
+        const GenerationStats& s = result.speculative;
+        const double passes =
+            s.target_forward_passes == 0 ? 0.0 : static_cast<double>(s.draft_forward_passes) / s.target_forward_passes;
+        const double draft_cost = (model_draft ? passes : 1.0) * costs.cost_ratio();
+        result.predicted_speedup =
+            predicted_tree_speedup(result, shape, draft_cost, costs.verification_cost_ratio(shape.size()));
+    }
 }
 
 }  // namespace specdec::bench

@@ -32,6 +32,28 @@ struct TreeBenchPair {
     }();
 };
 
+// Tree rows alone (no chain rows) through the runner, a fixed shape's
+// prediction from the pair's costs. learn_first: an auto row first learns on
+// an untimed generation, as in specdec-bench.
+std::vector<specdec::bench::TreeResult> tree_rows(TreeBenchPair& pair, const std::vector<std::string>& trees,
+                                                  const std::vector<double>& temperatures, std::size_t new_tokens,
+                                                  std::size_t repetitions, bool learn_first,
+                                                  const std::vector<specdec::bench::TreeAutoVariant>& variants = {}) {
+    specdec::bench::RunSettings settings;
+    settings.draft_tokens.clear();
+    settings.trees = trees;
+    settings.tree_max_nodes = 12;
+    settings.tree_auto_variants = variants;
+    settings.temperatures = temperatures;
+    settings.new_tokens = new_tokens;
+    settings.repetitions = repetitions;
+    settings.seed = 7;
+    settings.learn_auto_first = learn_first;
+    auto rows = specdec::bench::run_rows(pair.draft, pair.target, pair.prompt, settings).trees;
+    specdec::bench::apply_tree_costs(rows, pair.costs, true);
+    return rows;
+}
+
 }  // namespace
 
 TEST_CASE("the tree option takes auto and shapes, and refuses a malformed shape", "[bench][cli][tree]") {
@@ -75,7 +97,6 @@ TEST_CASE("a tree auto variant adds an auto:NAME row after the --tree rows with 
 
 TEST_CASE("an auto variant's row runs AutoTree with its settings and is reported against auto", "[bench][tree]") {
     TreeBenchPair pair;
-    auto& [target, draft, prompt, costs] = pair;
     // A variant that can only draft chains of one: its rows show it.
     specdec::bench::TreeAutoVariant shallow{"shallow", {}};
     shallow.options.max_depth = 1;
@@ -84,8 +105,8 @@ TEST_CASE("an auto variant's row runs AutoTree with its settings and is reported
     shallow.options.warmup_steps = 0;
     shallow.options.explore_every = 0;  // explorations would try wider trees
     const std::vector<specdec::bench::TreeAutoVariant> variants{shallow};
-    const auto rows = specdec::bench::run_tree_configurations(draft, target, prompt, {"auto", "auto:shallow"}, 12, {0.0},
-                                                              40, 2, 7, costs, {}, variants);
+    // Cold (no learning generation first), so that the measured steps hold the warm-up.
+    const auto rows = tree_rows(pair, {"auto", "auto:shallow"}, {0.0}, 40, 2, false, variants);
     REQUIRE(rows.size() == 2);
     CHECK(rows[1].label == "auto:shallow");
     // Whether any node but the first child of the root was ever tested: the
@@ -109,18 +130,14 @@ TEST_CASE("an auto variant's row runs AutoTree with its settings and is reported
     specdec::bench::print_tree_table(table, report);
     CHECK(table.str().find("auto:shallow / auto at T=0: ") != std::string::npos);
     // A row naming no variant is an error, not a default AutoTree.
-    CHECK_THROWS_AS(specdec::bench::run_tree_configurations(draft, target, prompt, {"auto:missing"}, 12, {0.0}, 8, 1, 7,
-                                                            costs),
-                    specdec::Error);
+    CHECK_THROWS_AS(tree_rows(pair, {"auto:missing"}, {0.0}, 8, 1, true), specdec::Error);
 }
 
 TEST_CASE("tree rows run interleaved with autoregressive decoding and report shape, nodes, speedup and prediction", "[bench][tree]") {
     TreeBenchPair pair;
-    auto& [target, draft, prompt, costs] = pair;
-    costs.verified_tokens = {10};  // 3x2: 9 nodes and the pending token
-    costs.verification_seconds = {1.2};
-    const auto rows = specdec::bench::run_tree_configurations(draft, target, prompt, {"auto", "3x2"}, 12, {0.0, 1.0}, 40,
-                                                              2, 7, costs);
+    pair.costs.verified_tokens = {10};  // 3x2: 9 nodes and the pending token
+    pair.costs.verification_seconds = {1.2};
+    const auto rows = tree_rows(pair, {"auto", "3x2"}, {0.0, 1.0}, 40, 2, true);
     REQUIRE(rows.size() == 4);
     for (const auto& row : rows) {
         INFO(row.label << " T " << row.temperature);
@@ -153,4 +170,38 @@ TEST_CASE("tree rows run interleaved with autoregressive decoding and report sha
     REQUIRE(json["trees"].size() == 4);
     CHECK(json["trees"][1]["shape"] == "3x2");
     CHECK(json["trees"][1]["acceptance_by_depth_and_rank"].size() == 2);
+}
+
+TEST_CASE("tree rows run in the chain rows' rounds, as many as they, and come back apart from them", "[bench][tree]") {
+    TreeBenchPair pair;
+    specdec::bench::RunSettings settings;
+    settings.draft_tokens = {1, 2};
+    settings.auto_length = true;
+    settings.trees = {"auto", "2x1"};
+    settings.tree_max_nodes = 12;
+    settings.temperatures = {0.0, 1.0};
+    settings.new_tokens = 24;
+    settings.repetitions = 3;
+    settings.seed = 11;
+    const specdec::bench::RowResults results = specdec::bench::run_rows(pair.draft, pair.target, pair.prompt, settings);
+    REQUIRE(results.chains.size() == 6);  // k = 1, 2 and auto at each temperature
+    REQUIRE(results.trees.size() == 4);
+    for (const auto& chain : results.chains) CHECK(chain.speedup_per_repetition.size() == 3);
+    const std::vector<std::string> labels{"auto", "2x1", "auto", "2x1"};
+    for (std::size_t i = 0; i < results.trees.size(); ++i) {
+        const auto& tree = results.trees[i];
+        INFO(tree.label << " T " << tree.temperature);
+        CHECK(tree.label == labels[i]);
+        CHECK(tree.temperature == (i < 2 ? 0.0 : 1.0));
+        CHECK(tree.repetitions == 3);
+        CHECK(tree.speedup_per_repetition.size() == 3);
+        CHECK(tree.speculative.generated_tokens == 72);
+        // One autoregressive run per round serves the chains and trees of its temperature.
+        CHECK(tree.autoregressive.generated_tokens == results.chains[i < 2 ? 0 : 3].autoregressive.generated_tokens);
+        if (tree.temperature == 0.0) CHECK(tree.greedy_match == std::optional<bool>(true));
+    }
+    CHECK(results.trees[1].shape == "2x1");
+    CHECK_FALSE(results.trees[0].shape.empty());
+    // The chain-only entry point leaves the trees out.
+    CHECK(specdec::bench::run_configurations(pair.draft, pair.target, pair.prompt, settings).size() == 6);
 }
