@@ -5,6 +5,7 @@
 // tokens are exactly those it would get alone: the greedy ones below are
 // checked against plain autoregressive decoding of a one-slot model.
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,17 +33,20 @@ int main() {
         options.sampling.temperature = r % 2 == 0 ? 0.0 : 0.8;
         requests.push_back({{1, static_cast<specdec::Token>(10 + r), 42, static_cast<specdec::Token>(7 * r)}, options});
     }
+    // submit() returns the request's id; results come back by id, in the order they end.
+    std::map<specdec::RequestId, const Request*> by_id;
     // Six requests now (two wait for a slot), one streamed as it is decoded...
     std::string streamed;
     for (int r = 0; r < 6; ++r) {
         specdec::TokenStream stream;
         if (r == 0) stream = [&](specdec::Token t) { streamed += " " + std::to_string(t); return true; };
-        decoder.submit(requests[r].prompt, requests[r].options, stream);
+        by_id[decoder.submit(requests[r].prompt, requests[r].options, stream)] = &requests[r];
     }
-    // ...a few steps, then four more arrive, and one waiting request is cancelled.
+    // ...a few steps, then four more arrive, and one of them, still waiting, is cancelled.
     for (int s = 0; s < 3; ++s) decoder.step();
-    for (int r = 6; r < 10; ++r) decoder.submit(requests[r].prompt, requests[r].options);
-    decoder.cancel(10);
+    specdec::RequestId last = 0;
+    for (int r = 6; r < 10; ++r) by_id[last = decoder.submit(requests[r].prompt, requests[r].options)] = &requests[r];
+    decoder.cancel(last);
 
     bool all_identical = true;
     specdec::SyntheticOptions one_slot{.size = "tiny"};
@@ -50,7 +54,7 @@ int main() {
     for (const specdec::RequestResult& done : decoder.run()) {
         std::printf("request %2llu: %-9s %2zu tokens", static_cast<unsigned long long>(done.id),
                     std::string(specdec::to_string(done.status)).c_str(), done.generation.tokens.size());
-        const Request& request = requests[done.id - 1];
+        const Request& request = *by_id.at(done.id);
         if (done.status == specdec::RequestStatus::finished && request.options.sampling.greedy()) {
             const auto plain = specdec::AutoregressiveDecoder(alone, request.options).generate(request.prompt);
             const bool same = plain.tokens == done.generation.tokens;

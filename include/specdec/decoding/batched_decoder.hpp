@@ -33,6 +33,10 @@
 // MultiSequenceLM drafts in lockstep: draft round r is one pass of the draft
 // model over every request still drafting.
 //
+// Threads: one BatchedDecoder is used from one thread at a time (submit,
+// step, run, cancel); a server hands requests to the thread that owns it
+// through a queue, as specdec-server does (docs/serving.md).
+//
 // Errors: a request's bad input (empty prompt, an id outside the vocabulary, a
 // prompt longer than a slot's context, invalid options) is refused by
 // submit() with specdec::Error. An error inside a step that belongs to one
