@@ -201,9 +201,10 @@ inline const std::vector<BenchFlag>& bench_flags() {
     using Line = detail::BenchCommandLine;
     using V = std::string_view;
     static const std::vector<BenchFlag> flags{
-        {{"--target"}, "FILE.gguf", "target model (needs --draft)",
+        {{"--target", "-m", "--model"}, "FILE.gguf", "target model (needs --draft; -m, --model: as specdec-generate and llama.cpp)",
          [](Line& l, V, V v) { l.options.target_path = std::string(v); }, "models"},
-        {{"--draft"}, "FILE.gguf|prompt-lookup", "draft model, or the model-free prompt-lookup drafter",
+        {{"--draft", "-md", "--model-draft"}, "FILE.gguf|prompt-lookup",
+         "draft model, or the model-free prompt-lookup drafter (-md, --model-draft: as specdec-generate)",
          [](Line& l, V, V v) { l.options.draft_path = std::string(v); }},
         {{"--synthetic-size"}, "tiny|100m|1b|3b", "size of the embedded synthetic pair (default 100m; 1b and 3b: CUDA only)",
          [](Line& l, V, V size) {

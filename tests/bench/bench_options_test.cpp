@@ -154,6 +154,12 @@ TEST_CASE("a target needs a draft, and synthetic options need the synthetic targ
     CHECK_THROWS_AS(parse({"--target", existing, "--draft", "prompt-lookup", "--synthetic-size", "tiny"}), UsageError);
     CHECK_NOTHROW(parse({"--target", existing, "--draft", existing}));
     CHECK_NOTHROW(parse({"--target", existing, "--draft", "prompt-lookup"}));
+    // specdec-generate's and llama.cpp's spelling names the same two files.
+    const BenchOptions spelled = parse({"-m", existing, "--model-draft", "prompt-lookup"});
+    CHECK(spelled.target_path == existing);
+    CHECK(spelled.uses_prompt_lookup());
+    CHECK(parse({"--model", existing, "-md", existing}).draft_path == existing);
+    CHECK_THROWS_AS(parse({"-m", existing}), UsageError);
 }
 
 TEST_CASE("the engine option chooses what runs the models, and llama.cpp runs GGUF files only", "[bench][cli]") {
