@@ -8,8 +8,8 @@
 #      UndefinedBehaviorSanitizer (build/: every finding fails the test), but
 #      for the core and text binaries' statistical and randomised exactness
 #      cases ([exactness]: thousands of generations each through paths the
-#      other cases walk under the sanitizers), which run in uninstrumented
-#      -O3 copies; the examples, tools and benchmarks it also runs are plain
+#      other cases walk under the sanitizers) and the 100m pair's statistics
+#      ([slow] in the model binary), which run in uninstrumented -O3 copies; the examples, tools and benchmarks it also runs are plain
 #      builds at -O1;
 #   2. the soaks, of generate() calls and of continuous batching (20k
 #      generated tokens each under the sanitizers, 100k in a plain build; on
