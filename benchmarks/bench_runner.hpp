@@ -181,13 +181,10 @@ struct RowSet {
     }
 };
 
-// kWithTrees: settings.trees becomes rows (when the pair has a tree pass);
-// false leaves them out and the tree decoder uninstantiated.
-template <bool kWithTrees, class Draft, CausalLM Target>
+template <class Draft, CausalLM Target>
 [[nodiscard]] RowSet<Draft, Target> make_row_set(Draft& draft, Target& target, const RunSettings& settings) {
-    constexpr bool kTrees = kWithTrees && kTreeCapable<Draft, Target>;
     RowSet<Draft, Target> set;
-    set.configurations = configurations_of(settings, kTrees);
+    set.configurations = configurations_of(settings, kTreeCapable<Draft, Target>);
     const std::size_t total = set.size();
     set.interleaved = settings.interleave_rows && kInterleavable<Draft, Target>;
     set.targets.assign(total, &target);
@@ -212,7 +209,7 @@ template <bool kWithTrees, class Draft, CausalLM Target>
         result.rule = configuration.rule;
         result.repetitions = settings.repetitions;
         set.tree_describers.emplace_back();
-        if constexpr (kTrees) {
+        if constexpr (kTreeCapable<Draft, Target>) {
             if (!configuration.tree.empty()) {
                 TreeRow row = make_tree_row(*set.drafts[i], *set.targets[i], configuration.tree, settings.tree_max_nodes,
                                             settings.tree_auto_variants);
@@ -372,10 +369,10 @@ struct RowResults {
 // Tree rows (settings.trees, when the pair has a tree pass) are rows like the
 // others: in the same rounds, stepped in turn with the chains of their
 // temperature, an auto tree learning first as an auto chain does.
-template <class Draft, CausalLM Target, bool kWithTrees = true>
+template <class Draft, CausalLM Target>
 [[nodiscard]] RowResults run_rows(Draft& draft, Target& target, std::span<const Token> prompt, const RunSettings& settings,
                                   const ProgressCallback& progress = {}, const std::function<void()>& after_round = {}) {
-    detail::RowSet<Draft, Target> rows = detail::make_row_set<kWithTrees>(draft, target, settings);
+    detail::RowSet<Draft, Target> rows = detail::make_row_set(draft, target, settings);
     if (rows.size() == 0) return {};
     detail::warm_up(rows, target, prompt, settings);
     if (settings.learn_auto_first) detail::learn_auto(rows, prompt, settings);
@@ -415,15 +412,16 @@ template <class Draft, CausalLM Target, bool kWithTrees = true>
     return results;
 }
 
-// The chain rows of run_rows (settings.trees is not run, and the tree
-// decoder not compiled in).
+// The chain rows of run_rows (settings.trees is not run).
 template <class Draft, CausalLM Target>
 [[nodiscard]] std::vector<ConfigurationResult> run_configurations(Draft& draft, Target& target,
                                                                   std::span<const Token> prompt,
                                                                   const RunSettings& settings,
                                                                   const ProgressCallback& progress = {},
                                                                   const std::function<void()>& after_round = {}) {
-    return run_rows<Draft, Target, false>(draft, target, prompt, settings, progress, after_round).chains;
+    RunSettings chains = settings;
+    chains.trees.clear();
+    return run_rows(draft, target, prompt, chains, progress, after_round).chains;
 }
 
 // The cost model's inputs of each row (c, v_k, v_n), from the final costs.
