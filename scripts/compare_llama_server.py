@@ -2,14 +2,15 @@
 """Speculation under load, over HTTP: llama-server and specdec-server on the
 same files, the same requests, the same clients.
 
-    scripts/compare_llama_server.py --llama-bin DIR --target T.gguf --draft D.gguf
+    scripts/compare_llama_server.py [--llama-bin DIR] --target T.gguf --draft D.gguf
         [--specdec-server build/tools/specdec-server] [--engines specdec,llama.cpp]
         [--batch 1,2,4,8,16,32] [--temperatures 0,1] [--threads 2] [--rounds 3]
-        [--new-tokens 64] [--draft-max 3] [--json out.json] [--svg out.svg]
+        [--new-tokens 64] [--requests-per-client 2] [--draft-max 3] [--json out.json] [--svg out.svg]
         [--specdec-bench build/benchmarks/specdec-bench]
 
 DIR holds llama.cpp's llama-server (scripts/build-llama-cpp.sh with
-SPECDEC_LLAMA_EXAMPLES=llama-server builds it from the pinned source).
+SPECDEC_LLAMA_EXAMPLES=llama-server builds it from the pinned source);
+without --llama-bin only specdec-server runs (speculation on against off).
 
 Servers, each started per concurrency B with B slots and stopped after:
   llama-server            plain decoding
@@ -18,8 +19,8 @@ Servers, each started per concurrency B with B slots and stopped after:
                           speculation on (its default: AutoBatchLength) and
                           off (each request's speculative.n_max = 0)
 
-Each serves 2 x B requests at concurrency B (B client threads, two requests
-each): a seeded 16-token prompt (token ids), --new-tokens tokens with
+Each serves R x B requests at concurrency B (B client threads, R =
+--requests-per-client requests each, one after another): a seeded 16-token prompt (token ids), --new-tokens tokens with
 ignore_eos, streamed, at each temperature (T > 0: the plain softmax, top_k 0,
 top_p 1, min_p 0 on both). llama-server's requests carry a seed; specdec's
 do not at T > 0 (a seeded request there drafts a fixed length so that its
@@ -171,7 +172,7 @@ def serve(args, config, batch, temperature, prompts):
             return sent, stream(server.port, path, body)
 
         def client(c):
-            return [one(c), one(c + batch)]
+            return [one(c + j * batch) for j in range(args.requests_per_client)]
 
         start = time.perf_counter()
         with concurrent.futures.ThreadPoolExecutor(max_workers=batch) as pool:
@@ -257,7 +258,7 @@ def svg(path, table, configs, batches, temperatures):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--llama-bin", required=True)
+    parser.add_argument("--llama-bin", default=None, help="llama-server's folder (none: specdec-server alone)")
     parser.add_argument("--target", required=True)
     parser.add_argument("--draft", required=True)
     parser.add_argument("--specdec-server", default=None)
@@ -268,6 +269,8 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--requests-per-client", type=int, default=2,
+                        help="requests each client sends one after another (more: a longer, steadier measurement)")
     parser.add_argument("--draft-max", type=int, default=3, help="llama-server's --spec-draft-n-max (its default: 3)")
     parser.add_argument("--context", type=int, default=256, help="positions per slot")
     parser.add_argument("--vocab-ids", type=int, default=1000, help="prompt token ids are drawn from [3, this)")
@@ -278,19 +281,23 @@ def main():
     args = parser.parse_args()
     args.batch = [int(b) for b in args.batch.split(",")]
     temperatures = [float(t) for t in args.temperatures.split(",")]
-    if min(args.batch) < 1 or args.rounds < 1 or args.new_tokens < 1 or args.draft_max < 1:
-        parser.error("--batch sizes, --rounds, --new-tokens and --draft-max must be positive")
+    if min(args.batch) < 1 or args.rounds < 1 or args.new_tokens < 1 or args.draft_max < 1 \
+            or args.requests_per_client < 1:
+        parser.error("--batch sizes, --rounds, --new-tokens, --requests-per-client and --draft-max must be positive")
     if min(temperatures) < 0:
         parser.error("--temperatures must be at least 0")
     if args.context < 16 + args.new_tokens:
         parser.error(f"--context {args.context} cannot hold a 16-token prompt and {args.new_tokens} new tokens")
 
-    configs = [("llama-server", None, False), ("llama-server", None, True)]
+    if not args.llama_bin and not args.specdec_server:
+        parser.error("nothing to run: give --llama-bin, --specdec-server or both")
+    configs = [("llama-server", None, False), ("llama-server", None, True)] if args.llama_bin else []
     if args.specdec_server:
         for engine in args.engines.split(","):
             configs += [("specdec-server", engine, True), ("specdec-server", engine, False)]
     rng = random.Random(args.seed)
-    prompts = {b: [[rng.randrange(3, args.vocab_ids) for _ in range(16)] for _ in range(2 * b)] for b in args.batch}
+    prompts = {b: [[rng.randrange(3, args.vocab_ids) for _ in range(16)] for _ in range(args.requests_per_client * b)]
+               for b in args.batch}
     table, specdec = {}, {}
     for round_index in range(args.rounds):
         for t in temperatures:
@@ -310,7 +317,8 @@ def main():
     def spread(values, digits=1):
         return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
-    print(f"\n{args.target} / {args.draft}, {args.threads} threads, {args.rounds} rounds, medians (range); 2 x B "
+    print(f"\n{args.target} / {args.draft}, {args.threads} threads, {args.rounds} rounds, medians (range); "
+          f"{args.requests_per_client} x B "
           f"requests of 16 prompt tokens and {args.new_tokens} new tokens, streamed, concurrency B")
     for t in temperatures:
         print(f"\nT = {t:g}: tokens/s; time to first token mean / p99 (ms); inter-token latency mean / p99 (ms)")
@@ -326,12 +334,16 @@ def main():
             print(f"  ratios of medians at T = {t:g}:")
             for b in args.batch:
                 med = {config_name(c): statistics.median(table[(config_name(c), t, b)]) for c in configs}
-                better = max(med["llama-server"], med["llama-server + draft"])
                 parts = []
                 for engine in args.engines.split(","):
                     on, off = med[f"specdec-server ({engine})"], med[f"specdec-server ({engine}), no speculation"]
-                    parts.append(f"{engine}: on/off {on / off:.2f}")
+                    paired = [x / y for x, y in zip(table[(f"specdec-server ({engine})", t, b)],
+                                                    table[(f"specdec-server ({engine}), no speculation", t, b)])]
+                    parts.append(f"{engine}: on/off {on / off:.2f} (rounds {min(paired):.2f}-{max(paired):.2f})")
+                    if not args.llama_bin:
+                        continue
                     if engine == "specdec":
+                        better = max(med["llama-server"], med["llama-server + draft"])
                         parts.append(f"on / better llama-server {on / better:.2f}, on / llama-server + draft "
                                      f"{on / med['llama-server + draft']:.2f}")
                     else:
