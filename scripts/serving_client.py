@@ -11,21 +11,25 @@ import time
 def start_server(command, echo=False, seconds=300):
     """Starts `command` (a specdec-server with --port 0) and waits for its
     'listening on http://HOST:PORT' line; returns (process, host, port).
-    Its later output is drained (and printed with echo)."""
+    Its later output is drained (and printed with echo, but for --log-steps'
+    lines) and kept in process.output, a list of lines."""
     print("starting:", " ".join(command), flush=True)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     # One thread reads every line as it comes (a select() on the pipe would
     # miss lines already read into the file object's buffer).
     lines = queue.Queue()
+    process.output = []
 
     def read_lines():
         for line in process.stdout:
             lines.put(line)
-            if echo:
+            process.output.append(line)
+            if echo and not line.startswith("step "):
                 print("server:", line.rstrip(), flush=True)
         lines.put(None)
 
-    threading.Thread(target=read_lines, daemon=True).start()
+    process.reader = threading.Thread(target=read_lines, daemon=True)
+    process.reader.start()
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:

@@ -64,6 +64,7 @@ struct Options {
     std::size_t timeout = 600;
     std::size_t prefill_chunk = 512;
     bool warm_up = true;
+    bool log_steps = false;
     std::string host = "127.0.0.1", api_key;
     int port = 8080;
     specdec::cli::Engine engine = specdec::cli::Engine::specdec;
@@ -128,6 +129,9 @@ const std::vector<Flag>& server_flags() {
          [](Options& o, V f, V v) { o.max_body = parse_count(f, v, 1); }},
         {{"--no-warmup"}, "", "skip the warm-up request through both models before serving",
          [](Options& o, V, V) { o.warm_up = false; }},
+        {{"--log-steps"}, "", "print a line per decoder step to stderr: requests, target pass tokens, drafts, "
+                              "draft rounds, tokens emitted, time (what the length policy chose and what it cost)",
+         [](Options& o, V, V) { o.log_steps = true; }},
         {{"-h", "--help"}, "", "this help", [](Options& o, V, V) { o.help = true; }},
     };
     return flags;
@@ -338,6 +342,7 @@ public:
         if (listener_ != INVALID_SOCKET) ::listen(listener_, SOMAXCONN);
         if (options_.warm_up) engine_.warm_up();
         metrics_.reset();  // the warm-up is no request of a client's
+        if (options_.log_steps) engine_.log_steps(stderr);
         std::printf("specdec-server: %s, %zu slots of %zu tokens; listening on http://%s:%d\n", model_name_.c_str(),
                     engine_.slots(), limits_.context, options_.host.c_str(), port);
         std::fflush(stdout);

@@ -106,6 +106,7 @@ class Server:
                 self.process.kill()
                 self.process.wait()
                 raise RuntimeError("the server did not stop within 30 s of SIGINT")
+        self.process.reader.join(timeout=30)  # every line it printed is in self.process.output
         return self.process.returncode
 
 

@@ -10,6 +10,7 @@ beside four streams, every answer the library's.
 """
 import concurrent.futures
 import json
+import re
 import sys
 
 from server_harness import Failures, Server, reference_tokens
@@ -227,8 +228,9 @@ finally:
 f.check(code == 0, f"the server exited with {code} after SIGINT")
 
 # --- Chunked prefill: a 400-token prompt goes in 16 tokens a step while four
-# streams run; every answer equals the library's alone.
-server = Server(server_binary, "--synthetic", "-np", "5", "-t", "1", "--prefill-chunk", "16")
+# streams run; every answer equals the library's alone. --log-steps: a line
+# per step, whose counts add up to what the clients received.
+server = Server(server_binary, "--synthetic", "-np", "5", "-t", "1", "--prefill-chunk", "16", "--log-steps")
 try:
     long_prompt = [1 + (i * 37) % 500 for i in range(400)]
     expected_long = reference_tokens(reference, "tiny", 24, long_prompt)
@@ -247,4 +249,14 @@ try:
 finally:
     code = server.stop()
 f.check(code == 0, f"the server exited with {code} after SIGINT")
+step_pattern = re.compile(r"step (\d+): requests (\d+), target tokens (\d+), drafts (\d+) in (\d+) rounds, emitted (\d+), "
+                          r"[0-9.]+ ms \(prefill (\d+) tokens, [0-9.]+ ms; admitted (\d+), retired (\d+)\)")
+steps = [[int(g) for g in m.groups()] for m in map(step_pattern.match, server.process.output) if m]
+if f.check(len(steps) > 24, f"--log-steps: {len(steps)} step lines"):
+    f.check([s[0] for s in steps] == list(range(1, len(steps) + 1)), "--log-steps: steps numbered 1, 2, ...")
+    f.check(sum(s[5] for s in steps) == 4 * 64 + 24, f"--log-steps: {sum(s[5] for s in steps)} tokens emitted, not 280")
+    f.check(all(s[2] == s[1] + s[3] for s in steps), "--log-steps: a target pass is each request's pending token and its drafts")
+    f.check(all(s[6] <= 16 for s in steps) and sum(s[6] for s in steps) >= 399,
+            f"--log-steps: prefill {[s[6] for s in steps if s[6]]} (16 tokens a step at most, the long prompt's 399 in all)")
+    f.check(sum(s[7] for s in steps) == 5 and sum(s[8] for s in steps) == 5, "--log-steps: five requests admitted and retired")
 f.exit()

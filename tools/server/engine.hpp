@@ -20,6 +20,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdio>
 #include <deque>
 #include <exception>
 #include <memory>
@@ -176,6 +177,10 @@ public:
 
     [[nodiscard]] std::size_t slots() const { return decoder_.slots(); }
 
+    // Writes one line per step to `out` (null: none), from the decoding
+    // thread: what the length policy chose and what it cost (--log-steps).
+    void log_steps(std::FILE* out) { step_log_ = out; }
+
     // Queues a job; refuses it (503) when `limit` requests are already
     // outstanding (queued, waiting or running) or the engine is stopping.
     std::optional<ApiError> enqueue(Job job, std::size_t limit) {
@@ -251,6 +256,7 @@ private:
             if (!decoder_.idle()) {
                 const BatchStepReport report = decoder_.step();
                 metrics_->step(report);
+                if (step_log_) write_step(report);
                 for (auto& [id, live] : live_)
                     if (const GenerationResult* so_far = live.logprobs ? decoder_.progress(id) : nullptr)
                         send_logprobs(live, so_far->logprobs);
@@ -310,6 +316,15 @@ private:
         release();
     }
 
+    void write_step(const BatchStepReport& r) {
+        std::fprintf(step_log_,
+                     "step %zu: requests %zu, target tokens %zu, drafts %zu in %zu rounds, emitted %zu, %.2f ms"
+                     " (prefill %zu tokens, %.2f ms; admitted %zu, retired %zu)\n",
+                     ++logged_steps_, r.sequences, r.target_tokens, r.drafts, r.draft_rounds, r.emitted,
+                     1e3 * (r.seconds - r.prefill_seconds), r.prefill_tokens, 1e3 * r.prefill_seconds, r.admitted, r.retired);
+        std::fflush(step_log_);
+    }
+
     static void send_logprobs(Live& live, const std::vector<TokenLogprob>& all) {
         if (all.size() <= live.logprobs_sent) return;
         live.channel->push_logprobs(std::span(all).subspan(live.logprobs_sent));
@@ -323,6 +338,8 @@ private:
 
     Decoder decoder_;
     Metrics* metrics_;
+    std::FILE* step_log_ = nullptr;
+    std::size_t logged_steps_ = 0;
     std::unordered_map<RequestId, Live> live_;
     std::mutex mutex_;
     std::condition_variable wake_;
