@@ -190,6 +190,9 @@ struct BenchCommandLine {
     bool new_tokens_given = false;
     bool temperatures_given = false;
     bool rules_given = false;
+    // The spellings given for the two files (--target or -m or --model, ...),
+    // so that an error names the flag the user typed.
+    std::string target_flag = "--target", draft_flag = "--draft";
 };
 
 }  // namespace detail
@@ -202,10 +205,17 @@ inline const std::vector<BenchFlag>& bench_flags() {
     using V = std::string_view;
     static const std::vector<BenchFlag> flags{
         {{"--target", "-m", "--model"}, "FILE.gguf", "target model (needs --draft; -m, --model: as specdec-generate and llama.cpp)",
-         [](Line& l, V, V v) { l.options.target_path = std::string(v); }, "models"},
+         [](Line& l, V f, V v) {
+             l.options.target_path = std::string(v);
+             l.target_flag = std::string(f);
+         },
+         "models"},
         {{"--draft", "-md", "--model-draft"}, "FILE.gguf|prompt-lookup",
          "draft model, or the model-free prompt-lookup drafter (-md, --model-draft: as specdec-generate)",
-         [](Line& l, V, V v) { l.options.draft_path = std::string(v); }},
+         [](Line& l, V f, V v) {
+             l.options.draft_path = std::string(v);
+             l.draft_flag = std::string(f);
+         }},
         {{"--synthetic-size"}, "tiny|100m|1b|3b", "size of the embedded synthetic pair (default 100m; 1b and 3b: CUDA only)",
          [](Line& l, V, V size) {
              if (size != "tiny" && size != "100m" && size != "1b" && size != "3b")
@@ -480,7 +490,7 @@ exit status: 0 success, 1 the library reported an error, 2 bad command line
             throw UsageError("--engine llama.cpp takes no --backend: llama.cpp runs on the devices it was built for");
     }
     if (options.target_path) {
-        detail::require_file("--target", *options.target_path);
+        detail::require_file(line.target_flag, *options.target_path);
         if (!options.draft_path)
             throw UsageError("--target needs --draft (a GGUF file sharing the target's tokenizer, or prompt-lookup)");
         if (synthetic_option_given)
@@ -488,7 +498,7 @@ exit status: 0 success, 1 the library reported an error, 2 bad command line
     } else if (options.draft_path && !options.uses_prompt_lookup()) {
         throw UsageError("--draft FILE needs --target FILE (only prompt-lookup can draft for the synthetic target)");
     }
-    if (options.draft_path && !options.uses_prompt_lookup()) detail::require_file("--draft", *options.draft_path);
+    if (options.draft_path && !options.uses_prompt_lookup()) detail::require_file(line.draft_flag, *options.draft_path);
     return options;
 }
 

@@ -160,6 +160,18 @@ TEST_CASE("a target needs a draft, and synthetic options need the synthetic targ
     CHECK(spelled.uses_prompt_lookup());
     CHECK(parse({"--model", existing, "-md", existing}).draft_path == existing);
     CHECK_THROWS_AS(parse({"-m", existing}), UsageError);
+    // A missing file is named by the flag that was typed.
+    const auto missing_error = [&](std::initializer_list<std::string_view> arguments) -> std::string {
+        try {
+            (void)parse(arguments);
+        } catch (const UsageError& error) {
+            return error.what();
+        }
+        return "";
+    };
+    CHECK(missing_error({"-m", "/no/such/target.gguf", "-md", existing}).rfind("-m: no such file", 0) == 0);
+    CHECK(missing_error({"--target", "/no/such/target.gguf", "--draft", existing}).rfind("--target: no such file", 0) == 0);
+    CHECK(missing_error({"-m", existing, "--model-draft", "/no/such/draft.gguf"}).rfind("--model-draft: no such file", 0) == 0);
 }
 
 TEST_CASE("the engine option chooses what runs the models, and llama.cpp runs GGUF files only", "[bench][cli]") {
