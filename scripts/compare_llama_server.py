@@ -19,16 +19,17 @@ Servers, each started per concurrency B with B slots and stopped after:
                           speculation on (its default: AutoBatchLength) and
                           off (each request's speculative.n_max = 0)
 
-Each serves R x B requests at concurrency B (B client threads, R =
---requests-per-client requests each, one after another): a seeded 16-token prompt (token ids), --new-tokens tokens with
-ignore_eos, streamed, at each temperature (T > 0: the plain softmax, top_k 0,
-top_p 1, min_p 0 on both). llama-server's requests carry a seed; specdec's
-do not at T > 0 (a seeded request there drafts a fixed length so that its
-tokens do not depend on the load, see docs/serving.md; unseeded ones follow
-the length policy). Measured at the client: total tokens/s (all tokens over
-the wall time from the first request sent to the last token), time to first
-token (mean, p99) and inter-token latency (the gaps between a request's
-consecutive tokens, tokens of one event 0 apart; mean, p99).
+Each serves R x B requests at concurrency B (B client threads, each sending
+R = --requests-per-client requests one after another): a seeded 16-token
+prompt (token ids), --new-tokens tokens with ignore_eos, streamed, at each
+temperature (T > 0: the plain softmax, top_k 0, top_p 1, min_p 0 on both).
+llama-server's requests carry a seed; specdec's only at T = 0 (at T > 0 an
+unseeded request verifies by token-wise rejection at the length policy's
+lengths, a seeded one by coupled sampling, see docs/serving.md).
+Measured at the client: total tokens/s (all tokens over the wall time from
+the first request sent to the last token), time to first token (mean, p99)
+and inter-token latency (the gaps between a request's consecutive tokens,
+tokens of one event 0 apart; mean, p99).
 
 Rounds alternate the order of the servers. It prints medians over rounds
 (with their range) and the ratios the serving goals name; --json keeps every

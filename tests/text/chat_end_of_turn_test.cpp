@@ -16,12 +16,11 @@
 
 #include "formats/format_test_support.hpp"
 #include "specdec/decoding/speculative_decoder.hpp"
-#include "specdec/formats/gguf_writer.hpp"
 #include "specdec/formats/tokenizer.hpp"
-#include "specdec/formats/tokenizer_bpe.hpp"
 #include "specdec/text/chat_template.hpp"
 #include "specdec/text/generate_text.hpp"
 #include "support/catch.hpp"
+#include "text/chat_vocabulary.hpp"
 
 // Named, not anonymous: the test binary compiles its files in unity batches.
 namespace chat_end_of_turn_test {
@@ -68,45 +67,21 @@ struct Family {
     std::string prompt_end;             // the piece the formatted prompt ends with
 };
 
-std::string byte_piece(unsigned char byte) {
-    std::string piece;
-    specdec::detail::append_utf8(piece, specdec::detail::byte_to_unicode()[byte]);
-    return piece;
-}
-
 specdec::gguf::Writer vocabulary_of(const Family& family) {
-    std::vector<std::string> tokens;
-    std::vector<std::int32_t> types;
-    for (int byte = 0; byte < 256; ++byte) {
-        tokens.push_back(byte_piece(static_cast<unsigned char>(byte)));
-        types.push_back(1);
+    std::vector<specdec::test::SpecialPiece> specials;
+    std::uint32_t bos = 0, eos = 0;
+    for (std::size_t i = 0; i < family.specials.size(); ++i) {
+        specials.push_back({family.specials[i]});
+        if (family.specials[i] == family.bos) bos = static_cast<std::uint32_t>(256 + i);
+        if (family.specials[i] == family.eos) eos = static_cast<std::uint32_t>(256 + i);
     }
-    for (const std::string& special : family.specials) {
-        tokens.push_back(special);
-        types.push_back(3);
-    }
-    const auto id = [&](const std::string& piece) {
-        for (std::size_t i = 0; i < tokens.size(); ++i)
-            if (tokens[i] == piece) return static_cast<std::uint32_t>(i);
-        FAIL("no piece " << piece);
-        return 0u;
-    };
-    specdec::gguf::Writer writer;
-    writer.add_string("tokenizer.ggml.model", "gpt2");
-    writer.add_string("tokenizer.ggml.pre", "llama-bpe");
-    writer.add_string_array("tokenizer.ggml.tokens", tokens);
-    writer.add_int32_array("tokenizer.ggml.token_type", types);
-    writer.add_string_array("tokenizer.ggml.merges", std::vector<std::string>{});
-    writer.add_uint32("tokenizer.ggml.bos_token_id", id(family.bos));
-    writer.add_uint32("tokenizer.ggml.eos_token_id", id(family.eos));
-    return writer;
+    return specdec::test::byte_level_vocabulary(specials, bos, eos);
 }
 
-Token id_of(const specdec::Tokenizer& tokenizer, const std::string& piece) {
-    for (std::size_t i = 0; i < tokenizer.vocab_size(); ++i)
-        if (tokenizer.token_piece(static_cast<Token>(i)) == piece) return static_cast<Token>(i);
-    FAIL("no token " << piece);
-    return -1;
+// Greedy, every step drafting k = 6 (so that drafts run past the turn's end).
+specdec::DecodingOptions fixed_greedy(std::size_t max_new_tokens) {
+    return {.draft_tokens = 6, .sampling = {.temperature = 0.0}, .max_new_tokens = max_new_tokens,
+            .drafting = specdec::Drafting::fixed};
 }
 
 }  // namespace chat_end_of_turn_test
@@ -115,37 +90,38 @@ TEST_CASE("Generation through the llama3, ChatML and Mistral templates stops at 
           "drafts",
           "[text][chat][eog]") {
     using namespace chat_end_of_turn_test;
+    using specdec::test::byte_level_piece;
+    using specdec::test::token_of;
     const std::vector<Family> families = {
         {"llama3",
          {"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"},
-         "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", byte_piece('\n')},
+         "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", byte_level_piece('\n')},
         {"chatml", {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}, "<|endoftext|>", "<|endoftext|>", "<|im_end|>",
-         byte_piece('\n')},
+         byte_level_piece('\n')},
         {"mistral-v3", {"<s>", "</s>", "[INST]", "[/INST]"}, "<s>", "</s>", "</s>", "[/INST]"},
     };
     for (const Family& family : families) {
         INFO(family.name);
         const specdec::test::LoadedTokenizer loaded(vocabulary_of(family));
         const specdec::Tokenizer& tokenizer = loaded.tokenizer;
-        const Token end_of_turn = id_of(tokenizer, family.end_of_turn);
+        const Token end_of_turn = token_of(tokenizer, family.end_of_turn);
         CHECK(tokenizer.is_end_of_generation(end_of_turn));
 
         const std::string formatted = specdec::text::ChatTemplate::from_name(family.name)
                                           .apply({{"system", "Be brief."}, {"user", "Hi"}});
         const std::vector<Token> prompt = tokenizer.encode(formatted, false, false, specdec::SpecialTokens::parse);
-        REQUIRE(prompt.back() == id_of(tokenizer, family.prompt_end));
+        REQUIRE(prompt.back() == token_of(tokenizer, family.prompt_end));
         // The markers are single control tokens, not their spelling in bytes.
         const std::size_t controls = static_cast<std::size_t>(
             std::count_if(prompt.begin(), prompt.end(), [](Token t) { return t >= 256; }));
         CHECK(controls >= 2);
 
         // After the prompt: "Ok", the end of the turn, then "xx..." had it gone on.
-        const Token o = id_of(tokenizer, byte_piece('O')), k = id_of(tokenizer, byte_piece('k')),
-                    x = id_of(tokenizer, byte_piece('x'));
+        const Token o = token_of(tokenizer, byte_level_piece('O')), k = token_of(tokenizer, byte_level_piece('k')),
+                    x = token_of(tokenizer, byte_level_piece('x'));
         const std::map<Token, Token> script = {{prompt.back(), o}, {o, k}, {k, end_of_turn}, {end_of_turn, x}};
         NextTokenLM target(tokenizer.vocab_size(), script, x), draft(tokenizer.vocab_size(), script, x);
-        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft),
-                                            {.draft_tokens = 6, .sampling = {.temperature = 0.0}, .max_new_tokens = 32, .drafting = specdec::Drafting::fixed});
+        specdec::SpeculativeDecoder decoder(specdec::target(target), specdec::draft(draft), fixed_greedy(32));
         const specdec::text::TextResult answer = specdec::text::generate_text(
             decoder, tokenizer, prompt, {.end_of_generation = tokenizer.end_of_generation()});
         CHECK(answer.text == "Ok");
@@ -159,8 +135,7 @@ TEST_CASE("Generation through the llama3, ChatML and Mistral templates stops at 
 
         // Negative control: without the end-of-generation set the same decoder
         // runs on past the end of the turn.
-        specdec::SpeculativeDecoder unstopped(specdec::target(target), specdec::draft(draft),
-                                              {.draft_tokens = 6, .sampling = {.temperature = 0.0}, .max_new_tokens = 8, .drafting = specdec::Drafting::fixed});
+        specdec::SpeculativeDecoder unstopped(specdec::target(target), specdec::draft(draft), fixed_greedy(8));
         const specdec::text::TextResult runs_on = specdec::text::generate_text(unstopped, tokenizer, prompt, {});
         CHECK(runs_on.stop_reason == specdec::text::TextStopReason::max_new_tokens);
         CHECK(runs_on.text.rfind("Ok", 0) == 0);

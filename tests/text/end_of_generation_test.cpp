@@ -9,48 +9,23 @@
 #include "formats/format_test_support.hpp"
 #include "specdec/formats/gguf_writer.hpp"
 #include "specdec/formats/tokenizer.hpp"
-#include "specdec/formats/tokenizer_bpe.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"
+#include "text/chat_vocabulary.hpp"
 
 using specdec::SpecialTokens;
 using specdec::Token;
 using specdec::Tokenizer;
 using specdec::gguf::Writer;
+using specdec::test::token_of;
 
 namespace {
 
-std::string byte_char(unsigned char byte) {
-    std::string out;
-    specdec::detail::append_utf8(out, specdec::detail::byte_to_unicode()[byte]);
-    return out;
-}
+using Special = specdec::test::SpecialPiece;
 
-struct Special {
-    std::string piece;
-    std::int32_t type;
-};
-
-// Ids 0-255: the byte-level characters; then `specials` in order.
+// Ids 0-255: the byte-level characters; then `specials` in order; BOS 256, EOS 257.
 Writer chat_vocabulary(const std::vector<Special>& specials, bool with_eot_key = false, std::uint32_t eot_key = 0) {
-    std::vector<std::string> tokens;
-    std::vector<std::int32_t> types;
-    for (int byte = 0; byte < 256; ++byte) {
-        tokens.push_back(byte_char(static_cast<unsigned char>(byte)));
-        types.push_back(1);
-    }
-    for (const Special& special : specials) {
-        tokens.push_back(special.piece);
-        types.push_back(special.type);
-    }
-    Writer writer;
-    writer.add_string("tokenizer.ggml.model", "gpt2");
-    writer.add_string("tokenizer.ggml.pre", "llama-bpe");
-    writer.add_string_array("tokenizer.ggml.tokens", tokens);
-    writer.add_int32_array("tokenizer.ggml.token_type", types);
-    writer.add_string_array("tokenizer.ggml.merges", std::vector<std::string>{});
-    writer.add_uint32("tokenizer.ggml.bos_token_id", 256);
-    writer.add_uint32("tokenizer.ggml.eos_token_id", 257);
+    Writer writer = specdec::test::byte_level_vocabulary(specials, 256, 257);
     if (with_eot_key) writer.add_uint32("tokenizer.ggml.eot_token_id", eot_key);
     return writer;
 }
@@ -61,26 +36,19 @@ const std::vector<Special> kLlama3Specials = {
     {"<|user|>", 4},
 };
 
-Token id_of(const Tokenizer& tokenizer, const std::string& piece) {
-    for (std::size_t i = 0; i < tokenizer.vocab_size(); ++i)
-        if (tokenizer.token_piece(static_cast<Token>(i)) == piece) return static_cast<Token>(i);
-    FAIL("no token " << piece);
-    return -1;
-}
-
 }  // namespace
 
 TEST_CASE("The end-of-generation set holds EOS, EOT, EOM and every end-of-turn marker", "[text][tokenizer][eog]") {
     const specdec::test::LoadedTokenizer loaded(chat_vocabulary(kLlama3Specials));
     const Tokenizer& tokenizer = loaded.tokenizer;
-    const Token eos = 257, eot = id_of(tokenizer, "<|eot_id|>"), eom = id_of(tokenizer, "<|eom_id|>"),
-                im_end = id_of(tokenizer, "<|im_end|>");
+    const Token eos = 257, eot = token_of(tokenizer, "<|eot_id|>"), eom = token_of(tokenizer, "<|eom_id|>"),
+                im_end = token_of(tokenizer, "<|im_end|>");
     CHECK(tokenizer.eos() == eos);
     CHECK(tokenizer.eot() == eot);  // <|eot_id|> ranks before <|im_end|> and <|end_of_text|>
     CHECK(tokenizer.eom() == eom);
     CHECK(tokenizer.end_of_generation() == std::vector<Token>{eos, eot, eom, im_end});
     CHECK(tokenizer.is_end_of_generation(im_end));
-    CHECK_FALSE(tokenizer.is_end_of_generation(id_of(tokenizer, "<|im_start|>")));
+    CHECK_FALSE(tokenizer.is_end_of_generation(token_of(tokenizer, "<|im_start|>")));
     CHECK_FALSE(tokenizer.is_end_of_generation(256));
     // A marker typed as normal text is a control token, as in llama.cpp: it
     // decodes to nothing and plain text does not produce it.
@@ -103,9 +71,9 @@ TEST_CASE("The metadata's EOT id wins over the spellings; <|end|> does not end a
             chat_vocabulary({{"<|startoftext|>", 3}, {"<|endoftext|>", 3}, {"<|end|>", 3}, {"<|return|>", 3},
                              {"<|call|>", 3}}));
         const Tokenizer& tokenizer = loaded.tokenizer;
-        CHECK_FALSE(tokenizer.is_end_of_generation(id_of(tokenizer, "<|end|>")));
-        CHECK(tokenizer.is_end_of_generation(id_of(tokenizer, "<|return|>")));
-        CHECK(tokenizer.is_end_of_generation(id_of(tokenizer, "<|call|>")));
+        CHECK_FALSE(tokenizer.is_end_of_generation(token_of(tokenizer, "<|end|>")));
+        CHECK(tokenizer.is_end_of_generation(token_of(tokenizer, "<|return|>")));
+        CHECK(tokenizer.is_end_of_generation(token_of(tokenizer, "<|call|>")));
     }
     SECTION("<|end|> alone ends a turn") {
         const specdec::test::LoadedTokenizer loaded(chat_vocabulary({{"<s>", 3}, {"</s>", 3}, {"<|end|>", 3}}));
@@ -117,8 +85,8 @@ TEST_CASE("The metadata's EOT id wins over the spellings; <|end|> does not end a
 TEST_CASE("Special tokens are parsed in the text only when asked", "[text][tokenizer][special]") {
     const specdec::test::LoadedTokenizer loaded(chat_vocabulary(kLlama3Specials));
     const Tokenizer& tokenizer = loaded.tokenizer;
-    const Token start = id_of(tokenizer, "<|start_header_id|>"), end = id_of(tokenizer, "<|end_header_id|>"),
-                eot = id_of(tokenizer, "<|eot_id|>"), user = id_of(tokenizer, "<|user|>");
+    const Token start = token_of(tokenizer, "<|start_header_id|>"), end = token_of(tokenizer, "<|end_header_id|>"),
+                eot = token_of(tokenizer, "<|eot_id|>"), user = token_of(tokenizer, "<|user|>");
     const std::string text = "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|user|>";
     const std::vector<Token> parsed = tokenizer.encode(text, true, false, SpecialTokens::parse);
     REQUIRE(parsed.size() >= 6);
